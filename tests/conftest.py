@@ -1,0 +1,50 @@
+"""Test-wide settings: offline hubs, a temp results folder, one torch thread, and the tiny model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if "PSPO_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
+    os.environ["PSPO_DATA_DIR"] = str(SHARED_DATA)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
+def results_root(tmp_path, monkeypatch):
+    """A fresh results folder for the test; ``PSPO_RESULTS_DIR`` points at it."""
+    root = tmp_path / "results"
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir():
+    """Path of the locally built tiny Qwen2 model (built once per cache)."""
+    from pspo_repro.tiny_model import tiny_model_path
+
+    return tiny_model_path()
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    """The offline benchmark folder (``PSPO_DATA_DIR``); tests that need it fail loudly without it."""
+    value = os.environ.get("PSPO_DATA_DIR")
+    if not value or not Path(value).is_dir():
+        pytest.fail("PSPO_DATA_DIR is not set to the offline data folder (../shared/data)")
+    return Path(value)
