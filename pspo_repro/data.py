@@ -1,0 +1,363 @@
+"""Dataset loaders: benchmarks and training splits as ``Problem`` records.
+
+Rows come from ``PSPO_DATA_DIR`` (the offline layout of ``../shared/data/README.md``) when it is set,
+else from the Hugging Face hub through ``datasets``. Each dataset is one entry of ``DATASETS``; another
+module can add one with ``register_dataset`` (the mini-reproduction registers ``synthetic``).
+
+Errors are ``DataError`` (a ``ValueError``) with a one-line message naming what was tried.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from pspo_repro.paths import data_dir
+
+log = logging.getLogger(__name__)
+
+AnswerKind = Literal["numeric", "latex"]
+
+
+class DataError(ValueError):
+    """A dataset could not be loaded; the message is one line naming the file/line/field at fault."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: a stable id, the user-message text, the gold answer and how to compare it."""
+
+    id: str
+    question: str
+    answer: str
+    answer_kind: AnswerKind
+    solution: str | None = None
+
+
+# A row reader gets (row, source, line) and returns a Problem (None: skip a documented bad row);
+# ``source``/``line`` only feed error messages.
+RowFn = Callable[[dict[str, Any], str, int], "Problem | None"]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How to load one dataset: offline files per split, a hub loader per split, and the row converter."""
+
+    files: dict[str, str]  # split -> path relative to PSPO_DATA_DIR
+    rows: dict[str, RowFn]  # split -> row converter
+    hub: dict[str, Callable[[], Iterable[dict[str, Any]]]] = field(default_factory=dict)
+    hub_names: dict[str, str] = field(default_factory=dict)  # split -> hub id, for messages
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(name: str, spec: DatasetSpec) -> DatasetSpec:
+    """Add a dataset to the registry; a duplicate name is an error (no silent overwrite)."""
+    if name in DATASETS:
+        raise ValueError(f"dataset {name!r} is already registered")
+    DATASETS[name] = spec
+    return spec
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """The registry entry for ``name``; an unknown name lists the allowed ones."""
+    if name not in DATASETS:
+        raise DataError(f"unknown dataset {name!r}; allowed: {', '.join(sorted(DATASETS))}")
+    return DATASETS[name]
+
+
+# ---------------------------------------------------------------- gold-answer helpers
+
+
+def _field(row: dict[str, Any], key: str, source: str, line: int) -> Any:
+    value = row.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataError(f"{source}:{line}: row has no {key!r} field")
+    return value
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, with brace matching.
+
+    ``\\boxed 2`` (no braces, a few MATH train rows) yields the token after it.
+    """
+    best = None
+    for m in re.finditer(r"\\(?:boxed|fbox)(?:\s*\{|\s+([^\s$]+))", text):
+        if m.group(1) is not None:
+            best = m.group(1)
+            continue
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            best = text[m.end() : i - 1]
+    return best.strip() if best is not None else None
+
+
+def _number_str(value: Any) -> str:
+    """A gold number as a plain string: 145.0 -> '145', 2.5 -> '2.5' (floats from JSON)."""
+    if isinstance(value, bool):
+        raise TypeError("boolean is not a number")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value).strip()
+
+
+_ASDIV_NUM = re.compile(r"^\s*([-+]?[\d,]*\.?\d+(?:/\d+)?)\s*(?:\(.*\))?\s*$")
+
+
+# ---------------------------------------------------------------- row converters
+
+
+def _gsm8k_row(split: str) -> RowFn:
+    def row_fn(row: dict[str, Any], source: str, line: int) -> Problem:
+        question = _field(row, "question", source, line)
+        solution = _field(row, "answer", source, line)
+        if "####" not in solution:
+            raise DataError(f"{source}:{line}: 'answer' field has no '####' final answer")
+        gold = solution.rsplit("####", 1)[1].strip().replace(",", "")
+        return Problem(f"gsm8k/{split}/{line - 1}", question, gold, "numeric", solution)
+
+    return row_fn
+
+
+def _math_row(prefix: str, skip_unanswered: bool = False) -> RowFn:
+    # skip_unanswered: MATH train has an upstream row whose solution ends in an empty \boxed{}
+    # (line 5342); a training split drops such rows with a warning, an evaluation split never does.
+    def row_fn(row: dict[str, Any], source: str, line: int) -> Problem | None:
+        problem = _field(row, "problem", source, line)
+        solution = row.get("solution") or None
+        answer = row.get("answer")
+        if answer is None or not str(answer).strip():
+            answer = last_boxed(solution) if solution else None
+            if not answer:
+                if skip_unanswered and solution:
+                    log.warning("%s:%d: no gold answer in 'solution'; row skipped", source, line)
+                    return None
+                raise DataError(
+                    f"{source}:{line}: row has no 'answer' field and no \\boxed{{}} in 'solution'"
+                )
+        # unique_id is null on a few MATH train rows: the line number is the fallback id.
+        uid = row.get("unique_id") or f"line{line}"
+        return Problem(f"{prefix}/{uid}", problem, str(answer).strip(), "latex", solution)
+
+    return row_fn
+
+
+def _svamp_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    body = _field(row, "Body", source, line)
+    question = _field(row, "Question", source, line)
+    answer = _field(row, "Answer", source, line)
+    rid = row.get("ID") or f"line{line}"
+    return Problem(
+        f"svamp/{rid}",
+        f"{body.strip()} {question.strip()}",
+        _number_str(answer),
+        "numeric",
+        row.get("Equation"),
+    )
+
+
+def _asdiv_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    body = _field(row, "body", source, line)
+    question = _field(row, "question", source, line)
+    raw = str(_field(row, "answer", source, line))
+    rid = row.get("idx", row.get("id", line - 1))
+    m = _ASDIV_NUM.match(raw)
+    # "9 (apples)" -> numeric 9. About 8% of ASDiv answers are not numbers ("Yes", "3:30 p.m.",
+    # "Mrs. Hilt"); they are kept (so the set has all its rows) and graded as text via the latex path,
+    # which falls back to a normalised string comparison.
+    if m:
+        answer, kind = m.group(1).replace(",", ""), "numeric"
+    else:
+        answer, kind = re.sub(r"\s*\(.*\)\s*$", "", raw).strip(), "latex"
+    return Problem(f"asdiv/{rid}", f"{body.strip()} {question.strip()}", answer, kind, row.get("formula"))
+
+
+def _gsm_hard_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    question = _field(row, "input", source, line)
+    target = row.get("target")
+    if target is None:
+        raise DataError(f"{source}:{line}: row has no 'target' field")
+    return Problem(f"gsm_hard/{line - 1}", question, _number_str(target), "numeric", row.get("code"))
+
+
+# ---------------------------------------------------------------- hub loaders (need network; untested here)
+
+
+def _hub(path: str, name: str | None, split: str) -> Callable[[], Iterable[dict[str, Any]]]:
+    def load() -> Iterable[dict[str, Any]]:
+        import datasets  # lazy: only the hub path needs it
+
+        return datasets.load_dataset(path, name, split=split)
+
+    return load
+
+
+def _hub_math_full(split: str) -> Callable[[], Iterable[dict[str, Any]]]:
+    subjects = [
+        "algebra",
+        "counting_and_probability",
+        "geometry",
+        "intermediate_algebra",
+        "number_theory",
+        "prealgebra",
+        "precalculus",
+    ]
+
+    def load() -> Iterable[dict[str, Any]]:
+        import datasets
+
+        for subject in subjects:
+            yield from datasets.load_dataset("EleutherAI/hendrycks_math", subject, split=split)
+
+    return load
+
+
+register_dataset(
+    "gsm8k",
+    DatasetSpec(
+        files={"test": "gsm8k/test.jsonl", "train": "gsm8k/train.jsonl"},
+        rows={"test": _gsm8k_row("test"), "train": _gsm8k_row("train")},
+        hub={"test": _hub("openai/gsm8k", "main", "test"), "train": _hub("openai/gsm8k", "main", "train")},
+        hub_names={"test": "openai/gsm8k", "train": "openai/gsm8k"},
+    ),
+)
+register_dataset(
+    "math500",
+    DatasetSpec(
+        files={"test": "math/math500_test.jsonl"},
+        rows={"test": _math_row("math500")},
+        hub={"test": _hub("HuggingFaceH4/MATH-500", None, "test")},
+        hub_names={"test": "HuggingFaceH4/MATH-500"},
+    ),
+)
+register_dataset(
+    "math",
+    DatasetSpec(
+        files={"test": "math/math_test_full.jsonl", "train": "math/math_train_full.jsonl"},
+        rows={"test": _math_row("math"), "train": _math_row("math", skip_unanswered=True)},
+        hub={"test": _hub_math_full("test"), "train": _hub_math_full("train")},
+        hub_names={"test": "EleutherAI/hendrycks_math", "train": "EleutherAI/hendrycks_math"},
+    ),
+)
+register_dataset(
+    "svamp",
+    DatasetSpec(
+        files={"test": "svamp/test.jsonl"},
+        rows={"test": _svamp_row},
+        # The hub copy is ChilleD/SVAMP (300 test rows); the offline file is the full 1000.
+        hub={"test": _hub("ChilleD/SVAMP", None, "test")},
+        hub_names={"test": "ChilleD/SVAMP"},
+    ),
+)
+register_dataset(
+    "asdiv",
+    DatasetSpec(
+        files={"test": "asdiv/test.jsonl"},
+        rows={"test": _asdiv_row},
+        # The hub copy (EleutherAI/asdiv validation, 2305 rows) is the authors' choice; offline is 2215.
+        hub={"test": _hub("EleutherAI/asdiv", None, "validation")},
+        hub_names={"test": "EleutherAI/asdiv"},
+    ),
+)
+register_dataset(
+    "gsm_hard",
+    DatasetSpec(
+        files={"test": "gsm_hard/gsmhardv2.jsonl"},
+        rows={"test": _gsm_hard_row},
+        hub={"test": _hub("reasoning-machines/gsm-hard", None, "train")},
+        hub_names={"test": "reasoning-machines/gsm-hard"},
+    ),
+)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line_number, row)`` for each non-blank line; a malformed line names the file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: malformed JSON row ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{lineno}: row is not a JSON object")
+            rows.append((lineno, row))
+    return rows
+
+
+def load_problems(name: str, split: str = "test") -> list[Problem]:
+    """All rows of ``name``/``split`` as Problems, from PSPO_DATA_DIR when set, else from the hub."""
+    spec = get_spec(name)
+    if split not in spec.rows:
+        raise DataError(f"dataset {name!r} has no split {split!r}; splits: {', '.join(sorted(spec.rows))}")
+    row_fn = spec.rows[split]
+    root = data_dir()
+    if root is not None:
+        if split not in spec.files:
+            raise DataError(
+                f"dataset {name!r} split {split!r} has no offline file under PSPO_DATA_DIR={root}"
+            )
+        path = root / spec.files[split]
+        if not path.is_file():
+            raise DataError(f"dataset file not found: {path} (PSPO_DATA_DIR={root})")
+        problems = [row_fn(row, str(path), lineno) for lineno, row in read_jsonl(path)]
+        problems = [p for p in problems if p is not None]
+        source = str(path)
+    else:
+        if split not in spec.hub:
+            raise DataError(f"dataset {name!r} split {split!r} needs PSPO_DATA_DIR (no hub source)")
+        source = spec.hub_names.get(split, name)
+        problems = [row_fn(dict(row), source, i + 1) for i, row in enumerate(spec.hub[split]())]
+        problems = [p for p in problems if p is not None]
+    if not problems:
+        raise DataError(f"dataset {name!r} split {split!r} is empty: {source}")
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise DataError(f"dataset {name!r} split {split!r} has duplicate problem ids: {source}")
+    return problems
+
+
+def load_benchmark(name: str, split: str = "test", limit: int | None = None) -> list[Problem]:
+    """The evaluation rows of a benchmark, in file order; ``limit`` takes the first N."""
+    if limit is not None and limit < 1:
+        raise DataError(f"limit must be a positive integer or null, got {limit}")
+    problems = load_problems(name, split)
+    return problems[:limit] if limit is not None else problems
+
+
+def load_train_val(
+    name: str, seed: int, n_train: int = 7000, n_val: int | None = None
+) -> tuple[list[Problem], list[Problem]]:
+    """Training and validation splits: the train split shuffled with ``seed``, first ``n_train`` rows train.
+
+    Validation is ``range(n_train, len - 1)`` by default, as in the authors' code (472 GSM8K rows: it
+    drops the last one); ``n_val`` caps it. The permutation is ``np.random.default_rng(seed)``'s, which
+    is what ``datasets.Dataset.shuffle(seed=seed)`` uses, so the split matches the authors' rows.
+    """
+    problems = load_problems(name, "train")
+    if not 0 < n_train < len(problems) - 1:
+        raise DataError(f"n_train={n_train} must be in (0, {len(problems) - 1}) for {name!r}")
+    order = np.random.default_rng(seed).permutation(len(problems))
+    shuffled = [problems[i] for i in order]
+    val = shuffled[n_train : len(shuffled) - 1]
+    if n_val is not None:
+        val = val[:n_val]
+    return shuffled[:n_train], val
