@@ -1,0 +1,184 @@
+"""Grading: hand cases, the authors' reward, and gold solutions of real benchmarks as responses."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pspo_repro.data import load_benchmark
+from pspo_repro.grading import (
+    answers_equivalent,
+    extract_final_answer,
+    final_answer_key,
+    gsm8k_numeric_reward,
+    parse_number,
+    reward_correct,
+    true_correct,
+)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so 3 + 4 = 7\n#### 7", "7"),
+        ("#### 5\nthen more text #### 9 apples", "9 apples"),
+        (r"the area is \boxed{\frac{1}{2}} square units, 3 times", r"\frac{1}{2}"),
+        (r"\boxed{1} then \boxed{x^{2}+1}", "x^{2}+1"),
+        ("We have 3 apples and 12 pears.", "12"),
+        ("no numbers here", None),
+    ],
+)
+def test_extract_final_answer(text, expected):
+    assert extract_final_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "pred, gold, ok",
+    [
+        ("18", "18", True),
+        ("18.0", "18", True),
+        ("18.00", "18", True),
+        ("$1,000", "1000", True),
+        ("1,000 dollars", "1000", True),
+        ("1/2", "0.5", True),
+        (r"\frac{1}{2}", "0.5", True),
+        ("-3", "-3", True),
+        ("3", "-3", False),
+        ("20%", "20", True),
+        ("20%", "0.2", False),  # never read a percentage as N/100
+        ("0.2", "20", False),
+        ("10001", "10000", False),  # no loose tolerance: N+1 is wrong
+        ("1,00", "100", False),  # invalid thousands grouping is not 100
+        ("x = 5", "5", False),  # the tail must be the number, not an equation
+        ("seven", "7", False),
+        ("", "7", False),
+    ],
+)
+def test_numeric_equivalence(pred, gold, ok):
+    assert answers_equivalent(pred, gold, "numeric") is ok
+
+
+@pytest.mark.parametrize(
+    "pred, gold, ok",
+    [
+        (r"\dfrac{14}{3}", r"\frac{14}{3}", True),
+        (r"2\sqrt{50}", r"10\sqrt{2}", True),
+        (r"3\sqrt{50}", r"10\sqrt{2}", False),
+        (r"\left( 3, \frac{\pi}{2} \right)", r"\left( 3, \frac{\pi}{2} \right)", True),
+        (r"(3, \pi/2)", r"\left( 3, \frac{\pi}{2} \right)", True),
+        ("4", r"\frac{14}{3}", False),
+        (r"\text{Yes}", "Yes", True),
+    ],
+)
+def test_latex_equivalence(pred, gold, ok):
+    assert answers_equivalent(pred, gold, "latex") is ok
+
+
+def test_latex_equivalence_off_main_thread():
+    # math-verify's signal.alarm timeouts raise off the main thread; our bound must not.
+    out = []
+    worker = threading.Thread(
+        target=lambda: out.append(
+            (
+                answers_equivalent(r"2\sqrt{50}", r"10\sqrt{2}", "latex"),
+                answers_equivalent(r"2\sqrt{51}", r"10\sqrt{2}", "latex"),
+            )
+        )
+    )
+    worker.start()
+    worker.join(30)
+    assert out == [(True, False)]
+
+
+def test_reward_vs_true_accuracy():
+    response = "First 12 + 30 = 42 apples, but then half are eaten.\n#### 21"
+    assert reward_correct(response, "21", "numeric") and true_correct(response, "21", "numeric")
+    assert not reward_correct(response, "42", "numeric")
+    assert true_correct(response, "42", "numeric")  # appears mid-response
+    assert not true_correct(response, "43", "numeric")
+    latex = r"We find $x = \frac{14}{3}$, hence the answer is \boxed{5}."
+    assert true_correct(latex, r"\frac{14}{3}", "latex")
+    assert not reward_correct(latex, r"\frac{14}{3}", "latex")
+    assert reward_correct(latex, "5", "latex")
+
+
+def test_final_answer_key_groups_equal_answers():
+    assert final_answer_key("#### 1,000", "numeric") == final_answer_key("so #### 1000.0 dollars", "numeric")
+    assert final_answer_key("nothing", "numeric") is None
+
+
+@pytest.mark.parametrize(
+    "response, gold, score",
+    [
+        ("3 + 4 = 7\n#### 7 apples", "7", 1.0),  # correct (+0.05 bonus clipped to 1)
+        ("#### 12", "7", 0.05),  # wrong, format bonus
+        ("#### 7", "7", 1.0),  # correct without bonus (one digit does not match their format regex)
+        ("#### 8", "7", 0.0),  # wrong, no bonus
+        ("the answer is 7", "7", 1.0),  # last-number fallback
+        ("no number at all", "7", 0.0),  # -0.2 clipped
+        ("#### 7.0000001", "7", 1.0),  # their isclose tolerance
+        ("#### 1,234", "1234", 1.0),
+    ],
+)
+def test_gsm8k_numeric_reward(response, gold, score):
+    assert gsm8k_numeric_reward(response, gold) == pytest.approx(score)
+
+
+def test_parse_number_rejects_expressions():
+    assert parse_number("3/4") == parse_number("0.75")
+    assert parse_number("2+2") is None
+    assert parse_number("__import__('os')") is None
+
+
+# ---------------------------------------------------------------- gold solutions on real data
+
+
+def _replace_last_boxed(text: str, new: str) -> str:
+    start = text.index("{", text.rfind("\\boxed")) + 1
+    depth, i = 1, start
+    while depth:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    return text[:start] + new + text[i - 1 :]
+
+
+def test_gsm8k_gold_solutions(data_dir):
+    problems = load_benchmark("gsm8k")
+    assert len(problems) == 1319
+    acc = sum(reward_correct(p.solution, p.answer, p.answer_kind) for p in problems) / len(problems)
+    assert acc >= 0.995
+    wrong = [p.solution.rsplit("####", 1)[0] + f"#### {parse_number(p.answer) + 1}" for p in problems]
+    fp = sum(reward_correct(w, p.answer, "numeric") for w, p in zip(wrong, problems, strict=True))
+    assert fp / len(problems) < 0.01
+    # The authors' reward agrees on gold solutions (their measured 100%).
+    assert sum(gsm8k_numeric_reward(p.solution, p.answer) == 1.0 for p in problems) / len(problems) >= 0.995
+
+
+def test_math500_gold_solutions(data_dir):
+    problems = load_benchmark("math500")
+    assert len(problems) == 500
+    acc = sum(reward_correct(p.solution, p.answer, p.answer_kind) for p in problems) / len(problems)
+    assert acc >= 0.98
+    fp = 0
+    for k, p in enumerate(problems):
+        value = parse_number(p.answer)
+        if value is not None:
+            wrong = str(value + 1)
+        else:  # another problem's (textually different) answer
+            wrong = next(
+                q.answer
+                for q in problems[k + 1 :] + problems[:k]
+                if q.answer.replace(" ", "") != p.answer.replace(" ", "")
+            )
+        fp += reward_correct(_replace_last_boxed(p.solution, wrong), p.answer, "latex")
+    assert fp / len(problems) < 0.01
+
+
+def test_math500_gold_from_solution_box_matches_answer_field(data_dir):
+    # The MATH full test set has no answer field: the gold is the last \boxed{} of the solution.
+    # On the MATH-500 rows (which have both) the two must agree under our equivalence.
+    full = {p.id.split("/", 1)[1]: p for p in load_benchmark("math")}
+    rows = load_benchmark("math500")
+    agree = sum(answers_equivalent(full[p.id.split("/", 1)[1]].answer, p.answer, "latex") for p in rows)
+    assert agree / len(rows) >= 0.98
