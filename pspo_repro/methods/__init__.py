@@ -1,0 +1,43 @@
+"""Trust-region methods for GRPO, one module each, behind a registry; aggregation is a separate axis.
+
+Usage (the trainer)::
+
+    cfg = parse_method_config(method_yaml)                 # name, validated params, loss_agg, num_iterations
+    out = get_method(cfg.name)(logp, old_logp, adv, mask, **extra_tensors, **cfg.params)
+    loss = aggregate(out.per_token_loss, mask, cfg.loss_agg, num_items=..., max_completion_length=...,
+                     accumulation_steps=...)
+
+``method_extra_inputs(name)`` names the extra tensors a method needs (top-K DPPO only).
+"""
+
+# Importing the method modules registers them (order irrelevant: names are unique).
+from pspo_repro.methods import cispo, clip, dppo, gspo, noclip, p3o, pspo, sapo, topr  # noqa: F401
+from pspo_repro.methods.aggregation import AGGREGATION_MODES, aggregate
+from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
+from pspo_repro.methods.registry import (
+    RESERVED_KEYS,
+    MethodConfig,
+    get_method,
+    get_spec,
+    list_methods,
+    method_extra_inputs,
+    parse_method_config,
+    register_method,
+    validate_params,
+)
+
+__all__ = [
+    "AGGREGATION_MODES",
+    "LOG_RATIO_CLAMP",
+    "RESERVED_KEYS",
+    "MethodConfig",
+    "MethodOutput",
+    "aggregate",
+    "get_method",
+    "get_spec",
+    "list_methods",
+    "method_extra_inputs",
+    "parse_method_config",
+    "register_method",
+    "validate_params",
+]

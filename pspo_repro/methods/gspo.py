@@ -1,0 +1,51 @@
+"""GSPO (Zheng et al. 2025): the clipped surrogate on the sequence ratio exp(mean_t log r_t)."""
+
+from __future__ import annotations
+
+import torch
+
+from pspo_repro.methods.base import (
+    Masked,
+    MethodOutput,
+    log_ratio,
+    saturated,
+    token_advantages,
+    zero_grad_frac,
+)
+from pspo_repro.methods.registry import register_method
+
+
+@register_method("gspo")
+def gspo(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+) -> MethodOutput:
+    """``-min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)`` with ``s = exp(masked mean of log r)`` per sequence.
+
+    Matches TRL's ``importance_sampling_level="sequence"``. Token log-ratios are clamped before the mean, so
+    the mean is within the clamp too. ``clip_frac``/``zero_grad_frac`` are token-weighted (TRL counts sequences).
+    """
+    adv = token_advantages(advantages)
+    lr, raw = log_ratio(logp, old_logp)
+    maskf = mask.to(lr.dtype)
+    seq_lr = (lr * maskf).sum(-1, keepdim=True) / maskf.sum(-1, keepdim=True).clamp(min=1.0)
+    s = torch.exp(seq_lr)  # [B, 1]
+    loss = -torch.minimum(s * adv, s.clamp(1.0 - eps_low, 1.0 + eps_high) * adv)
+    m = Masked(mask)
+    with torch.no_grad():
+        sd = s.detach()
+        region = ((sd < 1.0 - eps_low) & (adv < 0)) | ((sd > 1.0 + eps_high) & (adv > 0))
+        # the clamp of one token removes that token's contribution; the sequence's others still flow
+        zero = region | saturated(raw)
+        seq = Masked(mask.sum(-1) > 0)  # sequences with at least one token
+        metrics = {
+            **seq.stats("seq_ratio", sd.squeeze(-1)),
+            "clip_frac": m.frac(region),
+            "zero_grad_frac": zero_grad_frac(m, zero, adv),
+        }
+    return MethodOutput(m.select(loss.expand_as(lr)), metrics)

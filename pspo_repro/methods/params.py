@@ -1,0 +1,49 @@
+"""Hyperparameter rules, keyed by parameter name so every method shares one definition of each range."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _rule(check: Callable[[float], bool], allowed: str, *, nullable: bool = False, integer: bool = False):
+    def ok(v: Any) -> bool:
+        if v is None:
+            return nullable
+        if integer and not (isinstance(v, int) and not isinstance(v, bool)):
+            return False
+        return _real(v) and check(v)
+
+    return ok, allowed
+
+
+# name -> (predicate, allowed range as shown in error messages)
+PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "alpha": _rule(lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
+    "tau": _rule(lambda v: v > 0, "a number > 0"),
+    "tau_pos": _rule(lambda v: v > 0, "a number > 0"),
+    "tau_neg": _rule(lambda v: v > 0, "a number > 0"),
+    "eps_low": _rule(lambda v: v >= 0, "a number >= 0"),
+    "eps_high": _rule(lambda v: v >= 0, "a number >= 0"),
+    "delta": _rule(lambda v: v >= 0, "null or a number >= 0", nullable=True),
+    "delta_low": _rule(lambda v: v >= 0, "a number >= 0"),
+    "delta_high": _rule(lambda v: v >= 0, "a number >= 0"),
+    "kl_coef": _rule(lambda v: v >= 0, "a number >= 0"),
+    "ratio_cap": _rule(lambda v: v > 0, "a number > 0"),
+    "topk": _rule(lambda v: v >= 1, "an integer >= 1", integer=True),
+}
+
+
+def check_param(method: str, key: str, value: Any) -> None:
+    """Raise a one-line ValueError if ``value`` is not allowed for parameter ``key``."""
+    ok, allowed = PARAM_RULES[key]
+    if not ok(value):
+        shown = repr(value).replace("\n", " ")[:80]
+        raise ValueError(
+            f"method {method!r}: parameter {key}={shown} is invalid; allowed: {key} is {allowed}"
+        )

@@ -1,0 +1,134 @@
+"""The method registry: ``@register_method(name)`` fills it; lookups fail loudly with the valid names.
+
+A method is a plain function ``fn(logp, old_logp, advantages, mask, *, <extra tensors>, <hyperparams>)``.
+Its signature is the schema: keyword-only parameters *without* defaults are extra input tensors the trainer
+must supply (e.g. DPPO's top-K log-probs); keyword-only parameters *with* defaults are hyperparameters, the
+keys of ``conf/method/<name>.yaml`` besides ``RESERVED_KEYS``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pspo_repro.methods.aggregation import AGGREGATION_MODES
+from pspo_repro.methods.base import MethodOutput
+from pspo_repro.methods.params import PARAM_RULES, check_param
+
+MethodFn = Callable[..., MethodOutput]
+
+_POSITIONAL = ("logp", "old_logp", "advantages", "mask")
+# Keys of conf/method/*.yaml that are read by the trainer, not passed to the method function.
+RESERVED_KEYS = ("name", "loss_agg", "num_iterations")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method and what its signature says about it."""
+
+    name: str
+    fn: MethodFn
+    defaults: dict[str, Any]  # hyperparameter -> default
+    extra_inputs: tuple[str, ...]  # required extra tensor keywords
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str) -> Callable[[MethodFn], MethodFn]:
+    """Decorator registering ``fn`` under ``name``; a duplicate name or a malformed signature raises."""
+
+    def decorator(fn: MethodFn) -> MethodFn:
+        if name in _REGISTRY:
+            raise ValueError(f"method {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
+        params = list(inspect.signature(fn).parameters.values())
+        head = tuple(p.name for p in params[: len(_POSITIONAL)])
+        if head != _POSITIONAL:
+            raise TypeError(f"method {name!r} must start with parameters {_POSITIONAL}, got {head}")
+        defaults: dict[str, Any] = {}
+        extra: list[str] = []
+        for p in params[len(_POSITIONAL) :]:
+            if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+                raise TypeError(f"method {name!r}: parameter {p.name!r} must be keyword-only")
+            if p.default is inspect.Parameter.empty:
+                extra.append(p.name)
+            elif p.name not in PARAM_RULES:
+                raise TypeError(
+                    f"method {name!r}: hyperparameter {p.name!r} has no rule in params.PARAM_RULES"
+                )
+            elif p.name in RESERVED_KEYS:
+                raise TypeError(f"method {name!r}: {p.name!r} is a reserved config key")
+            else:
+                defaults[p.name] = p.default
+        _REGISTRY[name] = MethodSpec(name, fn, defaults, tuple(extra))
+        return fn
+
+    return decorator
+
+
+def list_methods() -> list[str]:
+    """Sorted names of all registered methods."""
+    return sorted(_REGISTRY)
+
+
+def get_spec(name: str) -> MethodSpec:
+    """The registered spec of ``name``; an unknown name raises ValueError listing the valid ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(list_methods())}") from None
+
+
+def get_method(name: str) -> MethodFn:
+    """The callable ``(logp, old_logp, advantages, mask, **params) -> MethodOutput`` registered as ``name``."""
+    return get_spec(name).fn
+
+
+def method_extra_inputs(name: str) -> tuple[str, ...]:
+    """Extra tensor keywords ``name`` requires (empty for all but the top-K DPPO variants)."""
+    return get_spec(name).extra_inputs
+
+
+def validate_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``params`` completed with the method's defaults; raise a one-line ValueError on a bad entry.
+
+    Call once at start-up (the method functions themselves do not validate: they are the hot path).
+    """
+    spec = get_spec(name)
+    unknown = sorted(set(params) - set(spec.defaults))
+    if unknown:
+        allowed = ", ".join(sorted(spec.defaults)) or "none"
+        raise ValueError(f"method {name!r}: unknown parameter(s) {', '.join(unknown)}; allowed: {allowed}")
+    full = {**spec.defaults, **params}
+    for key, value in full.items():
+        check_param(name, key, value)
+    return full
+
+
+class MethodConfig(NamedTuple):
+    """A ``conf/method/<name>.yaml`` split into what the method gets and what the trainer reads."""
+
+    name: str
+    params: dict[str, Any]  # validated, defaults applied: pass as **params
+    loss_agg: str
+    num_iterations: int
+
+
+def parse_method_config(cfg: Mapping[str, Any]) -> MethodConfig:
+    """Split and validate a method config (a plain mapping, e.g. ``OmegaConf.to_container(cfg.method)``)."""
+    cfg = dict(cfg)
+    missing = [k for k in RESERVED_KEYS if k not in cfg]
+    if missing:
+        raise ValueError(f"method config lacks required key(s) {', '.join(missing)}")
+    name, loss_agg, num_iterations = (cfg.pop(k) for k in RESERVED_KEYS)
+    if loss_agg not in AGGREGATION_MODES:
+        raise ValueError(
+            f"method config: loss_agg={loss_agg!r} is invalid; allowed: {', '.join(AGGREGATION_MODES)}"
+        )
+    if not isinstance(num_iterations, int) or isinstance(num_iterations, bool) or num_iterations < 1:
+        raise ValueError(
+            f"method config: num_iterations={num_iterations!r} is invalid; allowed: an integer >= 1"
+        )
+    return MethodConfig(name, validate_params(name, cfg), loss_agg, num_iterations)

@@ -1,0 +1,59 @@
+"""SAPO (Gao et al. 2025): a sigmoid soft gate with separate temperatures for positive/negative advantages."""
+
+from __future__ import annotations
+
+import torch
+
+from pspo_repro.methods.base import (
+    Masked,
+    MethodOutput,
+    log_ratio,
+    saturated,
+    token_advantages,
+    zero_grad_frac,
+)
+from pspo_repro.methods.registry import register_method
+
+
+def soft_gate(ratio: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``((4 / tau) sigmoid(tau (r - 1)), sigmoid(tau (r - 1)))``.
+
+    The factor 4/tau makes d/dr equal 4 s (1 - s), which is 1 at r = 1: on fresh data the gradient is
+    noclip's, and it decays smoothly (instead of vanishing abruptly) as r leaves 1.
+    """
+    s = torch.sigmoid((ratio - 1.0) * tau)
+    return s * (4.0 / tau), s
+
+
+def gate_metrics(m: Masked, s: torch.Tensor, raw: torch.Tensor, adv: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gate weight ``4 s (1 - s)`` (the gradient scale relative to noclip) and the exact-zero fraction."""
+    gate = 4.0 * s * (1.0 - s)
+    return {
+        "gate_mean": m.mean(gate),
+        "gate_min": m.min(gate),
+        # sigmoid's backward is s (1 - s): exactly zero once s saturates to 0 or 1 in floating point
+        "zero_grad_frac": zero_grad_frac(m, (gate == 0) | saturated(raw), adv),
+    }
+
+
+@register_method("sapo")
+def sapo(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> MethodOutput:
+    """``-(4 / tau) sigmoid(tau (r - 1)) A`` with ``tau = tau_pos`` if ``A > 0`` else ``tau_neg`` (as TRL)."""
+    adv = token_advantages(advantages)
+    lr, raw = log_ratio(logp, old_logp)
+    ratio = torch.exp(lr)
+    tau = torch.where(adv > 0, tau_pos, tau_neg).to(ratio.dtype)
+    soft, s = soft_gate(ratio, tau)
+    loss = -soft * adv
+    m = Masked(mask)
+    with torch.no_grad():
+        metrics = {**m.stats("ratio", ratio.detach()), **gate_metrics(m, s.detach(), raw, adv)}
+    return MethodOutput(m.select(loss), metrics)
