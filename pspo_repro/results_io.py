@@ -1,0 +1,238 @@
+"""Read the result trees (evaluation cells, training runs) into long pandas tables.
+
+The file schemas are the contract in ``docs/architecture.md``; this module is the only reader of
+them, so a schema change touches one place. Everything here is validation plus reshaping: a
+result that is malformed, duplicated or inconsistent with its neighbours raises
+:class:`ResultsError` naming the files, because a table built from it would be silently wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+# Identity of one evaluation cell file; two files with the same identity are an error.
+CELL_KEYS = ("model", "method", "seed", "tag", "dataset", "temperature")
+# A table cell pools seeds, so it is identified by the cell keys minus the seed.
+GROUP_KEYS = ("model", "method", "tag", "dataset", "temperature")
+# Settings that must agree within one table cell (otherwise the seeds measure different things).
+MATCH_SETTINGS = ("max_new_tokens", "n_samples", "top_p", "prompt_template", "rows_sha256", "num_prompts")
+# Metrics whose per-prompt counts exist, so a pooled Wilson interval can be computed.
+COUNT_METRICS = {"true_acc": "true_correct", "reward_acc": "reward_correct"}
+RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
+
+
+class ResultsError(ValueError):
+    """A result file is malformed, duplicated or inconsistent with the others in its cell."""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def eval_files(root: Path) -> list[Path]:
+    """Evaluation cell files under ``root/eval`` (sorted, so every output is deterministic)."""
+    return sorted(p for p in (root / "eval").glob("**/*.json") if p.is_file())
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Training run folders under ``root/runs``: those holding a ``metrics.jsonl``."""
+    return sorted(p.parent for p in (root / "runs").glob("**/metrics.jsonl") if p.is_file())
+
+
+def _counts(cell: dict[str, Any], field: str, metric: str, path: Path) -> tuple[int, int]:
+    """(correct samples, samples) for one metric; from ``per_prompt`` when present, else derived."""
+    rows = cell.get("per_prompt") or []
+    if rows:
+        try:
+            return int(sum(r[field] for r in rows)), int(sum(r["n"] for r in rows))
+        except (KeyError, TypeError) as exc:
+            raise ResultsError(f"{path}: per_prompt rows need 'n' and '{field}' ({exc})") from exc
+    # Without per-prompt rows, the counts follow from the mean over num_prompts x n_samples samples.
+    total = int(cell["num_prompts"]) * int(cell["n_samples"])
+    return int(round(float(cell["metrics"][metric]) * total)), total
+
+
+def load_eval_cells(root: Path) -> pd.DataFrame:
+    """One row per evaluation cell file: identity, settings, file path and raw metrics dict."""
+    rows = []
+    for path in eval_files(root):
+        cell = _read_json(path)
+        missing = [k for k in (*CELL_KEYS, *MATCH_SETTINGS, "metrics") if k not in cell]
+        missing = [k for k in missing if k != "tag"]  # an absent tag means default hyperparameters
+        if missing:
+            raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}")
+        if cell.get("schema_version", 1) != 1:
+            raise ResultsError(f"{path}: unsupported schema_version {cell.get('schema_version')!r}")
+        row = {k: cell.get(k) for k in (*CELL_KEYS, *MATCH_SETTINGS)}
+        row["tag"] = row["tag"] or ""
+        row["seed"] = int(row["seed"])
+        row["temperature"] = round(float(row["temperature"]), 6)
+        row["file"] = str(path)
+        row["metrics"] = cell["metrics"]
+        for metric, field in COUNT_METRICS.items():
+            if metric in cell["metrics"]:
+                row[f"{metric}__correct"], row[f"{metric}__total"] = _counts(cell, field, metric, path)
+        rows.append(row)
+    cells = pd.DataFrame(rows)
+    if not cells.empty:
+        check_duplicates(cells)
+        check_settings(cells)
+    return cells
+
+
+def check_duplicates(cells: pd.DataFrame) -> None:
+    """Raise if two files hold the same (model, method, seed, tag, dataset, temperature)."""
+    dup = cells[cells.duplicated(list(CELL_KEYS), keep=False)]
+    if dup.empty:
+        return
+    lines = []
+    for key, grp in dup.groupby(list(CELL_KEYS), sort=True):
+        ident = ", ".join(f"{k}={v}" for k, v in zip(CELL_KEYS, key, strict=True))
+        lines.append(f"duplicate results for {ident}:\n" + "\n".join(f"  {f}" for f in grp["file"]))
+    raise ResultsError("\n".join(lines))
+
+
+def check_settings(cells: pd.DataFrame, settings: Sequence[str] = MATCH_SETTINGS) -> None:
+    """Raise if the seeds of one table cell differ in a setting that must match, naming the files."""
+    problems = []
+    for key, grp in cells.groupby(list(GROUP_KEYS), sort=True):
+        for setting in settings:
+            # astype(str) so None/NaN and mixed types compare without surprises.
+            if grp[setting].astype(str).nunique() > 1:
+                ident = ", ".join(f"{k}={v}" for k, v in zip(GROUP_KEYS, key, strict=True))
+                files = "\n".join(
+                    f"  {f}: {setting}={v!r}" for f, v in zip(grp["file"], grp[setting], strict=True)
+                )
+                problems.append(f"{setting} differs within one cell ({ident}):\n{files}")
+    if problems:
+        raise ResultsError("\n".join(problems))
+
+
+def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
+    """The long table: one row per (model, method, tag, seed, dataset, temperature, metric).
+
+    ``correct``/``total`` hold pooled-count inputs for the accuracy metrics (NaN for others).
+    """
+    cols = [*CELL_KEYS, "metric", "value", "correct", "total", "file"]
+    rows = []
+    for rec in cells.to_dict("records"):
+        for metric, value in rec["metrics"].items():
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue  # nested or textual metrics have no place in a numeric table
+            rows.append(
+                {
+                    **{k: rec[k] for k in CELL_KEYS},
+                    "metric": metric,
+                    "value": float(value),
+                    "correct": rec.get(f"{metric}__correct", float("nan")),
+                    "total": rec.get(f"{metric}__total", float("nan")),
+                    "file": rec["file"],
+                }
+            )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _lookup(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def find_param(config: dict[str, Any], keys: Iterable[str]) -> Any:
+    """The first of the dotted ``keys`` present in ``config`` (None when none is)."""
+    for key in keys:
+        value = _lookup(config or {}, key)
+        if value is not None:
+            return value
+    return None
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            # A run killed mid-append leaves a torn last line: tolerate that one, nothing else.
+            if lineno == len(lines):
+                break
+            raise ResultsError(f"{path}:{lineno}: bad JSON line ({exc})") from exc
+    return rows
+
+
+def load_runs(
+    root: Path, param_keys: dict[str, Sequence[str]] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Training runs: (one row per run, long metrics table one row per run x step x metric).
+
+    Identity comes from ``run.json`` (model, method, seed, tag), falling back to the folder
+    layout ``runs/{model}/{method}/seed{seed}[-{tag}]``. ``param_keys`` maps a column name (e.g.
+    ``alpha``) to dotted keys to try in ``run.json``'s ``config``.
+    """
+    runs, long_rows = [], []
+    for run_dir in run_dirs(root):
+        info = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
+        match = RUN_DIR_RE.match(run_dir.name)
+        parts = run_dir.relative_to(root / "runs").parts
+        fallback = {
+            "model": parts[0] if len(parts) >= 3 else None,
+            "method": parts[1] if len(parts) >= 3 else None,
+            "seed": int(match["seed"]) if match else None,
+            "tag": (match["tag"] or "") if match else "",
+        }
+        ident = {k: info.get(k, fallback[k]) for k in ("model", "method", "seed", "tag")}
+        if any(ident[k] is None for k in ("model", "method", "seed")):
+            raise ResultsError(f"{run_dir}: cannot tell model/method/seed (no run.json, unexpected layout)")
+        ident["seed"], ident["tag"] = int(ident["seed"]), ident["tag"] or ""
+        run = {**ident, "status": info.get("status", "unknown"), "run_dir": str(run_dir)}
+        for column, keys in (param_keys or {}).items():
+            run[column] = find_param(info.get("config", {}), keys)
+        runs.append(run)
+        for rec in _read_metrics(run_dir / "metrics.jsonl"):
+            if "step" not in rec:
+                raise ResultsError(f"{run_dir / 'metrics.jsonl'}: a line has no 'step'")
+            for metric, value in rec.items():
+                if (
+                    metric in ("step", "num_tokens")
+                    or isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                ):
+                    continue
+                long_rows.append(
+                    {
+                        **ident,
+                        "step": int(rec["step"]),
+                        "num_tokens": rec.get("num_tokens"),
+                        "metric": metric,
+                        "value": float(value),
+                        "run_dir": str(run_dir),
+                    }
+                )
+    runs_df = pd.DataFrame(runs)
+    if not runs_df.empty:
+        dup = runs_df[runs_df.duplicated(["model", "method", "seed", "tag"], keep=False)]
+        if not dup.empty:
+            raise ResultsError(
+                "duplicate training runs (same model, method, seed, tag):\n"
+                + "\n".join(f"  {d}" for d in dup["run_dir"])
+            )
+    cols = ["model", "method", "seed", "tag", "step", "num_tokens", "metric", "value", "run_dir"]
+    return runs_df, pd.DataFrame(long_rows, columns=cols)
