@@ -1,0 +1,249 @@
+"""Hydra entry point: ``python -m pspo_repro.aggregate`` builds the paper's tables and figures.
+
+Reads ``{results_dir}/eval/**/*.json`` and ``{results_dir}/runs/**/metrics.jsonl`` (+ ``run.json``)
+and writes under ``out_dir``: the main tables (paper Table 2, one per metric), temperature tables
+and figures, the alpha ablation (Table 8), training curves, the long tables as CSV, the
+reproduction report and a summary. Every output is built in memory first and written atomically
+at the end, so invalid input writes nothing and a crash leaves earlier outputs intact.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+from pspo_repro.atomic import atomic_open, write_text
+from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.results_io import (
+    ResultsError,
+    eval_files,
+    eval_long,
+    load_eval_cells,
+    load_runs,
+    run_dirs,
+)
+from pspo_repro.stats import check_ci_method
+from pspo_repro.tables import (
+    Names,
+    Table,
+    ablation_table,
+    cell_intervals,
+    ci_caption,
+    expected_for,
+    main_table,
+    temperature_table,
+    to_frame,
+    to_latex,
+    to_markdown,
+)
+
+
+class ConfigError(ValueError):
+    """An aggregate option is invalid (reported before anything is read or written)."""
+
+
+@dataclass
+class Outputs:
+    """Files to write (path -> text or bytes) and the messages for the summary."""
+
+    files: dict[Path, str | bytes] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
+    short: list[str] = field(default_factory=list)
+
+    def add_table(self, out: Path, table: Table) -> None:
+        """Queue the Markdown, LaTeX and CSV renderings of ``table``."""
+        self.files[out / f"{table.name}.md"] = to_markdown(table)
+        self.files[out / f"{table.name}.tex"] = to_latex(table)
+        self.files[out / f"{table.name}.csv"] = to_frame(table).to_csv(index=False)
+        self.short += [f"{table.name}: {n}" for n in table.notes]
+
+    def add_figure(self, out: Path, stem: str, rendered: dict[str, bytes]) -> None:
+        for fmt, data in rendered.items():
+            self.files[out / f"{stem}.{fmt}"] = data
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check options before touching any file, so a typo costs one line and writes nothing."""
+    try:
+        check_ci_method(cfg.ci)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if int(cfg.expected_seeds) < 1:
+        raise ConfigError(f"expected_seeds must be >= 1, got {cfg.expected_seeds}")
+    if not 0 < float(cfg.confidence) < 1:
+        raise ConfigError(f"confidence must be in (0, 1), got {cfg.confidence}")
+
+
+def names_from(cfg: DictConfig) -> Names:
+    """Display names and orders from the config."""
+    n = cfg.names
+    return Names(dict(n.models), dict(n.methods), dict(n.datasets),
+                 list(cfg.model_order), list(cfg.method_order), list(cfg.dataset_order))  # fmt: skip
+
+
+def prompt_set_warnings(cells: pd.DataFrame) -> list[str]:
+    """Columns (dataset, T) whose rows used different prompt sets: comparable only with care."""
+    notes = []
+    for (ds, temp), grp in cells.groupby(["dataset", "temperature"], sort=True):
+        if grp["rows_sha256"].astype(str).nunique() > 1:
+            groups = grp.groupby(grp["rows_sha256"].astype(str))["file"].first()
+            listing = "; ".join(f"{sha[:12]}: e.g. {f}" for sha, f in groups.items())
+            notes.append(f"warning: {ds} T={temp:g} mixes prompt sets across methods ({listing})")
+    return notes
+
+
+def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:
+    """Main and temperature tables, temperature figures and the reproduction report."""
+    from pspo_repro import plots, report
+
+    cells = load_eval_cells(root)
+    long = eval_long(cells)
+    outputs.files[out / "long_eval.csv"] = long.to_csv(index=False)
+    outputs.messages += prompt_set_warnings(cells)
+    by_method = dict(cfg.expected_seeds_by_method or {})
+    common = dict(ci=cfg.ci, confidence=float(cfg.confidence), expected_seeds=int(cfg.expected_seeds),
+                  by_method=by_method, names=names)  # fmt: skip
+    for metric, label in cfg.metrics.items():
+        if not (long["metric"] == metric).any():
+            outputs.messages.append(f"no evaluation cell reports metric {metric!r}: skipped its tables")
+            continue
+        table = main_table(long, metric, label, float(cfg.main_temperature), **common)
+        if table is None:
+            outputs.messages.append(
+                f"no {metric} results at T = {cfg.main_temperature:g}: skipped main_{metric}"
+            )
+        else:
+            outputs.add_table(out, table)
+        outputs.add_table(out, temperature_table(long, metric, label, **common))
+        sub = long[long["metric"] == metric]
+        expected = {m: expected_for(m, int(cfg.expected_seeds), by_method) for m in sub["method"].unique()}
+        ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
+        stats = cell_intervals(sub, cfg.ci, float(cfg.confidence))
+        outputs.add_figure(
+            out, f"temperature_{metric}", plots.temperature_figure(stats, names, label, ci_text)
+        )
+
+    ref_path = (
+        Path(cfg.paper_reference) if cfg.paper_reference else PROJECT_ROOT / "results" / "paper_reference.csv"
+    )
+    if not ref_path.is_file():
+        outputs.messages.append(f"no paper reference at {ref_path}: skipped reproduction_report.md")
+        return
+    cache: dict[str, dict] = {}
+
+    def lookup(model, method, dataset, metric, temp):
+        if metric not in cache:
+            cache[metric] = cell_intervals(long[long["metric"] == metric], cfg.ci, float(cfg.confidence))
+        hits = [v for k, v in cache[metric].items()
+                if k[:4] == (model, method, "", dataset) and np.isclose(k[4], temp)]  # fmt: skip
+        return hits[0] if hits else None
+
+    expected = {m: expected_for(m, int(cfg.expected_seeds), by_method) for m in long["method"].unique()}
+    ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
+    text = report.reproduction_report(report.load_reference(ref_path), lookup, names, ci_text, ref_path)
+    outputs.files[out / "reproduction_report.md"] = text
+
+
+def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:
+    """Alpha ablation table and training curves from the training runs."""
+    from pspo_repro import plots
+
+    ab = cfg.ablation
+    runs, runs_long = load_runs(root, {ab.param: list(ab.config_keys)})
+    outputs.files[out / "long_runs.csv"] = runs_long.to_csv(index=False)
+    table, notes = ablation_table(
+        runs, runs_long, method=ab.method, param=ab.param, metric=ab.metric,
+        step=None if ab.step is None else int(ab.step), confidence=float(cfg.confidence),
+        expected_seeds=int(cfg.expected_seeds), names=names, ci=cfg.ci,
+    )  # fmt: skip
+    outputs.messages += notes
+    if table is None:
+        outputs.messages.append(
+            f"no finished {ab.method} runs with {ab.param} and {ab.metric}: skipped alpha_ablation"
+        )
+    else:
+        outputs.add_table(out, table)
+    if (runs_long["metric"] == cfg.curves.metric).any():
+        fig = plots.curves_figure(runs_long, cfg.curves.metric, float(cfg.confidence), names)
+        outputs.add_figure(out, "training_curves", fig)
+    else:
+        outputs.messages.append(f"no run logged {cfg.curves.metric}: skipped training_curves")
+
+
+def summary_text(root: Path, out: Path, cfg: DictConfig, outputs: Outputs) -> str:
+    """What was read, what was written or skipped, and every cell with fewer seeds than expected."""
+    lines = [
+        "# Aggregation summary",
+        "",
+        f"results: {root}; ci: {cfg.ci}; expected seeds: {cfg.expected_seeds}",
+        "",
+    ]
+    lines += ["## Written", ""] + [f"- {p.relative_to(out)}" for p in sorted(outputs.files)] + [""]
+    lines += ["## Notes", ""] + ([f"- {m}" for m in outputs.messages] or ["- none"]) + [""]
+    lines += ["## Cells with fewer seeds than expected", ""] + (
+        [f"- {s}" for s in outputs.short] or ["- none"]
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(outputs: Outputs) -> None:
+    """Write every queued file atomically (text as UTF-8, figures as bytes)."""
+    for path, content in sorted(outputs.files.items()):
+        if isinstance(content, bytes):
+            with atomic_open(path, "wb") as fh:
+                fh.write(content)
+        else:
+            write_text(path, content)
+
+
+def run(cfg: DictConfig) -> Outputs:
+    """Aggregate the results tree named by ``cfg``; returns what was written."""
+    validate(cfg)
+    root = Path(cfg.results_dir) if cfg.results_dir else results_dir()
+    out = Path(cfg.out_dir) if cfg.out_dir else root / "tables"
+    has_eval, has_runs = bool(eval_files(root)), bool(run_dirs(root))
+    if not has_eval and not has_runs:
+        raise ResultsError(
+            f"no results found under {root} (searched eval/**/*.json and runs/**/metrics.jsonl)"
+        )
+    names, outputs = names_from(cfg), Outputs()
+    if has_eval:
+        eval_outputs(cfg, root, out, names, outputs)
+    else:
+        outputs.messages.append(
+            f"no evaluation cells under {root / 'eval'}: skipped the main and temperature tables, "
+            "their figures and the reproduction report"
+        )
+    if has_runs:
+        run_outputs(cfg, root, out, names, outputs)
+    else:
+        outputs.messages.append(
+            f"no training runs under {root / 'runs'}: skipped the alpha ablation and the training curves"
+        )
+    summary = out / "summary.md"
+    outputs.files[summary] = ""  # listed in itself
+    outputs.files[summary] = summary_text(root, out, cfg, outputs)
+    write_outputs(outputs)
+    return outputs
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="aggregate")
+def main(cfg: DictConfig) -> None:
+    """CLI: one-line (or file-listing) error and exit status 1 on invalid input or options."""
+    try:
+        outputs = run(cfg)
+    except (ConfigError, ResultsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    summary = next(p for p in outputs.files if p.name == "summary.md")
+    print(outputs.files[summary], end="")
+
+
+if __name__ == "__main__":
+    main()

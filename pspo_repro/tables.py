@@ -1,0 +1,425 @@
+"""Build the paper's tables from the long result tables and render them (Markdown, LaTeX, CSV).
+
+A :class:`Table` holds intervals, not strings, so the three renderings cannot disagree and the
+CSV keeps full precision. Seeds are never silently dropped: a cell with fewer seeds than
+expected carries a dagger and is listed in the table's notes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+from pspo_repro.results_io import ResultsError
+from pspo_repro.stats import Interval, seed_interval, t_interval
+
+SHORT = "†"  # fewer seeds than the table expects
+NO_CI = "‡"  # one seed under t_seeds: no interval exists
+
+
+@dataclass
+class Cell:
+    """One table cell: its interval, the seeds behind it and how many were expected."""
+
+    interval: Interval
+    seeds: tuple[int, ...]
+    expected: int
+    bold: bool = False
+
+    @property
+    def short(self) -> bool:
+        """Fewer seeds than expected."""
+        return len(self.seeds) < self.expected
+
+
+@dataclass
+class Table:
+    """A rendered-later table: row labels (one tuple per row), column names and cells."""
+
+    name: str
+    caption: str
+    row_header: list[str]
+    columns: list[str]
+    rows: list[tuple[tuple[str, ...], list[Cell | None]]]
+    notes: list[str] = field(default_factory=list)
+    scale: float = 100.0  # fractions shown as percentages
+    digits: int = 1
+
+
+@dataclass
+class Names:
+    """Display names and orderings from the aggregate config."""
+
+    models: Mapping[str, str]
+    methods: Mapping[str, str]
+    datasets: Mapping[str, str]
+    model_order: Sequence[str]
+    method_order: Sequence[str]
+    dataset_order: Sequence[str]
+
+    def model(self, key: str) -> str:
+        return self.models.get(key, key)
+
+    def method(self, key: str, tag: str = "") -> str:
+        name = self.methods.get(key, key)
+        return f"{name} [{tag}]" if tag else name
+
+    def dataset(self, key: str) -> str:
+        return self.datasets.get(key, key)
+
+
+def ordered(values: Iterable, preferred: Sequence) -> list:
+    """Unique ``values``: those in ``preferred`` first, in that order, then the rest sorted."""
+    values = list(dict.fromkeys(values))
+    rank = {v: i for i, v in enumerate(preferred)}
+    return sorted(values, key=lambda v: (0, rank[v], "") if v in rank else (1, 0, str(v)))
+
+
+def row_order(keys: Iterable[tuple[str, str, str]], names: Names) -> list[tuple[str, str, str]]:
+    """Order (model, method, tag) rows: models by config, the baseline first, then config order."""
+    keys = list(dict.fromkeys(keys))
+    models = ordered((k[0] for k in keys), names.model_order)
+    methods = ordered((k[1] for k in keys), ["baseline", *names.method_order])
+    m_rank, me_rank = {m: i for i, m in enumerate(models)}, {m: i for i, m in enumerate(methods)}
+    return sorted(keys, key=lambda k: (m_rank[k[0]], me_rank[k[1]], k[2] != "", k[2]))
+
+
+def expected_for(method: str, expected_seeds: int, by_method: Mapping[str, int]) -> int:
+    """Seeds a cell of ``method`` should have (the untrained baseline has one by design)."""
+    return int(by_method.get(method, expected_seeds))
+
+
+def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: Names) -> str:
+    """Caption fragment naming the CI method and n (seeds per cell, with per-method exceptions)."""
+    counts = pd.Series(dict(expected))
+    default = int(counts.mode().max()) if len(counts) else 0
+    extra = ", ".join(f"{names.method(m)}: {n}" for m, n in expected.items() if n != default)
+    n_text = f"n = {default} seeds per cell" + (f" ({extra})" if extra else "")
+    pct = f"{confidence * 100:g}%"
+    if ci == "t_seeds":
+        t = scipy.stats.t.ppf((1 + confidence) / 2, default - 1) if default > 1 else math.nan
+        t_text = f", t = {t:.3f}" if default > 1 else ""
+        return (
+            f"mean over seeds with {pct} Student t interval over per-seed means "
+            f"(ci=t_seeds, {n_text}{t_text})"
+        )
+    return f"pooled accuracy with {pct} Wilson interval on correct counts pooled over seeds (ci=wilson_pooled, {n_text})"
+
+
+def cell_intervals(
+    long: pd.DataFrame, ci: str, confidence: float
+) -> dict[tuple, tuple[Interval, tuple[int, ...]]]:
+    """Interval and seeds per (model, method, tag, dataset, temperature) for one metric's rows."""
+    out = {}
+    for key, grp in long.groupby(["model", "method", "tag", "dataset", "temperature"], sort=True):
+        grp = grp.sort_values("seed")
+        if ci == "wilson_pooled" and grp["total"].isna().any():
+            raise ResultsError(
+                f"ci=wilson_pooled needs correct counts, which metric {grp['metric'].iloc[0]!r} lacks"
+            )
+        interval = seed_interval(
+            ci,
+            grp["value"].to_numpy(),
+            grp["correct"].to_numpy(dtype=float).astype(int) if ci == "wilson_pooled" else None,
+            grp["total"].to_numpy(dtype=float).astype(int) if ci == "wilson_pooled" else None,
+            confidence,
+        )
+        out[key] = (interval, tuple(int(s) for s in grp["seed"]))
+    return out
+
+
+def mark_best(rows: list[tuple[tuple[str, ...], list[Cell | None]]], group_of: int = 0) -> None:
+    """Bold the best mean per column within each group of rows (same label at ``group_of``)."""
+    groups: dict[str, list[list[Cell | None]]] = {}
+    for labels, cells in rows:
+        groups.setdefault(labels[group_of], []).append(cells)
+    for block in groups.values():
+        if len(block) < 2:
+            continue  # a lone row is not "best" of anything
+        for j in range(len(block[0])):
+            col = [cells[j] for cells in block if cells[j] is not None]
+            if len(col) < 2:
+                continue
+            best = max(c.interval.mean for c in col)
+            for c in col:
+                c.bold = bool(np.isclose(c.interval.mean, best, rtol=0, atol=1e-12))
+
+
+def short_notes(table_rows: list[tuple[tuple[str, ...], list[Cell | None]]], columns: list[str]) -> list[str]:
+    """One line per cell with fewer seeds than expected: which seeds it has."""
+    notes = []
+    for labels, cells in table_rows:
+        for col, cell in zip(columns, cells, strict=True):
+            if cell is not None and cell.short:
+                seeds = ", ".join(str(s) for s in cell.seeds)
+                notes.append(
+                    f"{SHORT} {' / '.join(labels)} / {col}: {len(cell.seeds)} of {cell.expected} "
+                    f"expected seeds (seeds {seeds})"
+                )
+    return notes
+
+
+def grid_table(
+    long: pd.DataFrame,
+    *,
+    name: str,
+    caption: str,
+    row_keys: list[tuple],
+    row_label,
+    col_keys: list,
+    col_label,
+    lookup,
+    ci: str,
+    confidence: float,
+    expected: Mapping[str, int],
+    bold: bool,
+    row_header: list[str],
+) -> Table:
+    """Shared builder: ``lookup(row_key, col_key)`` gives the interval key of a cell."""
+    stats = cell_intervals(long, ci, confidence)
+    rows = []
+    for rk in row_keys:
+        cells: list[Cell | None] = []
+        for ck in col_keys:
+            hit = stats.get(lookup(rk, ck))
+            cells.append(None if hit is None else Cell(hit[0], hit[1], expected[rk[1]]))
+        rows.append((row_label(rk), cells))
+    if bold:
+        mark_best(rows)
+    columns = [col_label(ck) for ck in col_keys]
+    return Table(name, caption, row_header, columns, rows, short_notes(rows, columns))
+
+
+def main_table(
+    long: pd.DataFrame,
+    metric: str,
+    label: str,
+    temperature: float,
+    ci: str,
+    confidence: float,
+    expected_seeds: int,
+    by_method: Mapping[str, int],
+    names: Names,
+) -> Table | None:
+    """The paper's Table 2 for one metric: rows model x method, columns datasets, at ``temperature``."""
+    df = long[(long["metric"] == metric) & np.isclose(long["temperature"], temperature)]
+    if df.empty:
+        return None
+    row_keys = row_order(zip(df["model"], df["method"], df["tag"], strict=True), names)
+    datasets = ordered(df["dataset"], names.dataset_order)
+    expected = {m: expected_for(m, expected_seeds, by_method) for m in df["method"].unique()}
+    caption = (
+        f"{label} (%) at T = {temperature:g}: {ci_caption(ci, confidence, expected, names)}. "
+        f"Bold: best mean per column within each model. {SHORT}: fewer seeds than expected; "
+        f"{NO_CI}: one seed, no interval."
+    )
+    return grid_table(
+        df, name=f"main_{metric}", caption=caption, row_keys=row_keys,
+        row_label=lambda rk: (names.model(rk[0]), names.method(rk[1], rk[2])),
+        col_keys=datasets, col_label=names.dataset,
+        lookup=lambda rk, ds: (*rk, ds, round(float(temperature), 6)),
+        ci=ci, confidence=confidence, expected=expected, bold=True, row_header=["Model", "Method"],
+    )  # fmt: skip
+
+
+def temperature_table(
+    long: pd.DataFrame,
+    metric: str,
+    label: str,
+    ci: str,
+    confidence: float,
+    expected_seeds: int,
+    by_method: Mapping[str, int],
+    names: Names,
+) -> Table | None:
+    """Accuracy against sampling temperature: rows model x method x dataset, columns temperatures."""
+    df = long[long["metric"] == metric]
+    if df.empty:
+        return None
+    methods = row_order(zip(df["model"], df["method"], df["tag"], strict=True), names)
+    datasets = ordered(df["dataset"], names.dataset_order)
+    present = set(zip(df["model"], df["method"], df["tag"], df["dataset"], strict=True))
+    row_keys = [(*rk, ds) for rk in methods for ds in datasets if (*rk, ds) in present]
+    temps = sorted(df["temperature"].unique())
+    expected = {m: expected_for(m, expected_seeds, by_method) for m in df["method"].unique()}
+    caption = (
+        f"{label} (%) against sampling temperature: {ci_caption(ci, confidence, expected, names)}. "
+        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval."
+    )
+    return grid_table(
+        df, name=f"temperature_{metric}", caption=caption, row_keys=row_keys,
+        row_label=lambda rk: (names.model(rk[0]), names.method(rk[1], rk[2]), names.dataset(rk[3])),
+        col_keys=temps, col_label=lambda t: f"T={t:g}",
+        lookup=lambda rk, t: (*rk, t),
+        ci=ci, confidence=confidence, expected=expected, bold=False,
+        row_header=["Model", "Method", "Dataset"],
+    )  # fmt: skip
+
+
+def final_rewards(runs: pd.DataFrame, runs_long: pd.DataFrame, metric: str, step: int | None) -> pd.DataFrame:
+    """Per run: ``metric`` at ``step`` (None: the run's last logged value of it) with that step."""
+    df = runs_long[runs_long["metric"] == metric]
+    if step is not None:
+        df = df[df["step"] == step]
+    last = df.sort_values("step").groupby("run_dir", sort=True).tail(1)
+    return runs.merge(last[["run_dir", "step", "value"]], on="run_dir", how="inner")
+
+
+def ablation_table(
+    runs: pd.DataFrame,
+    runs_long: pd.DataFrame,
+    *,
+    method: str,
+    param: str,
+    metric: str,
+    step: int | None,
+    confidence: float,
+    expected_seeds: int,
+    names: Names,
+    ci: str,
+) -> tuple[Table | None, list[str]]:
+    """The paper's Table 8: mean ``metric`` at the final step per ``param`` value, t interval over seeds.
+
+    Returns the table (None when no such runs exist) and notes about runs left out.
+    """
+    notes = []
+    if runs.empty or param not in runs:
+        return None, notes
+    sel = runs[(runs["method"] == method) & runs[param].notna()]
+    unfinished = sel[sel["status"] != "finished"]
+    for d in unfinished["run_dir"]:
+        notes.append(f"alpha ablation: left out unfinished run {d}")
+    final = final_rewards(sel[sel["status"] == "finished"], runs_long, metric, step)
+    if final.empty:
+        return None, notes
+    rows = []
+    for (model, value, tag), grp in final.groupby(["model", param, "tag"], sort=True):
+        if grp["step"].nunique() > 1:
+            # Averaging step 200 of one seed with step 250 of another compares different budgets.
+            listing = "\n".join(f"  {d}: step {s}" for d, s in zip(grp["run_dir"], grp["step"], strict=True))
+            raise ResultsError(
+                f"final {metric} steps differ across seeds ({model}, {param}={value}):\n{listing}"
+            )
+        grp = grp.sort_values("seed")
+        cell = Cell(t_interval(grp["value"].to_numpy(), confidence), tuple(int(s) for s in grp["seed"]),
+                    expected_seeds)  # fmt: skip
+        rows.append(((names.model(model), f"{value:g}", tag or "-", str(int(grp["step"].iloc[0]))), [cell]))
+    models = ordered((r[0][0] for r in rows), [names.model(m) for m in names.model_order])
+    rows.sort(key=lambda r: (models.index(r[0][0]), float(r[0][1]), r[0][2]))
+    mark_best(rows)
+    t = scipy.stats.t.ppf((1 + confidence) / 2, expected_seeds - 1) if expected_seeds > 1 else math.nan
+    why = (
+        " (a Wilson interval needs correct counts; validation reward is not a proportion)"
+        if ci != "t_seeds"
+        else ""
+    )
+    caption = (
+        f"{names.method(method)} {param} ablation: mean validation reward ({metric}) at the final step, "
+        f"{confidence * 100:g}% Student t interval over seeds (t_seeds, n = {expected_seeds} seeds per cell"
+        + (f", t = {t:.3f}" if expected_seeds > 1 else "")
+        + f"){why}. Bold: best per model. {SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval."
+    )
+    table = Table("alpha_ablation", caption, ["Model", param, "Tag", "Step"], ["Val. reward"], rows,
+                  short_notes(rows, ["Val. reward"]), scale=1.0, digits=3)  # fmt: skip
+    return table, notes
+
+
+# --- Rendering ----------------------------------------------------------------------------------
+
+
+def format_cell(cell: Cell | None, scale: float, digits: int) -> tuple[str, bool]:
+    """(text, bold) of one cell: ``mean [low, high]`` plus markers; an en dash when absent."""
+    if cell is None:
+        return "–", False
+    iv = cell.interval
+    text = f"{iv.mean * scale:.{digits}f}"
+    if iv.has_interval:
+        text += f" [{iv.low * scale:.{digits}f}, {iv.high * scale:.{digits}f}]"
+    else:
+        text += NO_CI
+    if cell.short:
+        text += SHORT
+    return text, cell.bold
+
+
+def to_markdown(table: Table) -> str:
+    """GitHub pipe table with the caption above and the notes (short cells) below."""
+    header = [*table.row_header, *table.columns]
+    lines = [f"**{table.caption}**", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join([":---"] * len(table.row_header) + ["---:"] * len(table.columns)) + "|")
+    for labels, cells in table.rows:
+        texts = []
+        for cell in cells:
+            text, bold = format_cell(cell, table.scale, table.digits)
+            texts.append(f"**{text}**" if bold else text)
+        lines.append("| " + " | ".join([*labels, *texts]) + " |")
+    if table.notes:
+        lines += ["", "Cells with fewer seeds than expected:", ""] + [f"- {n}" for n in table.notes]
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    SHORT: r"$^\dagger$", NO_CI: r"$^\ddagger$", "–": "--",
+}  # fmt: skip
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX specials and map the table markers to math-mode daggers."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: Table) -> str:
+    """A booktabs ``table`` float (caption, label) ready for ``\\input``; needs ``\\usepackage{booktabs}``."""
+    data = []
+    for labels, cells in table.rows:
+        texts = []
+        for cell in cells:
+            text, bold = format_cell(cell, table.scale, table.digits)
+            text = latex_escape(text)
+            texts.append(rf"\textbf{{{text}}}" if bold else text)
+        data.append([latex_escape(x) for x in labels] + texts)
+    header = [latex_escape(h) for h in (*table.row_header, *table.columns)]
+    frame = pd.DataFrame(data, columns=header)
+    body = frame.to_latex(
+        index=False,
+        escape=False,  # already escaped above, cell by cell
+        column_format="l" * len(table.row_header) + "r" * len(table.columns),
+        caption=latex_escape(table.caption),
+        label=f"tab:{table.name.replace('_', '-')}",
+        position="t",
+    )
+    body = body.replace("\\begin{table}[t]\n", "\\begin{table}[t]\n\\centering\n", 1)
+    return "% Generated by python -m pspo_repro.aggregate; needs \\usepackage{booktabs}.\n" + body
+
+
+def to_frame(table: Table) -> pd.DataFrame:
+    """Tidy numbers behind the table (full precision, fractions not percentages) for the CSV."""
+    recs = []
+    for labels, cells in table.rows:
+        for col, cell in zip(table.columns, cells, strict=True):
+            if cell is None:
+                continue
+            iv = cell.interval
+            recs.append(
+                {
+                    **dict(zip(table.row_header, labels, strict=True)),
+                    "column": col,
+                    "mean": iv.mean,
+                    "ci_low": iv.low,
+                    "ci_high": iv.high,
+                    "ci_method": iv.method,
+                    "n_seeds": len(cell.seeds),
+                    "expected_seeds": cell.expected,
+                    "seeds": " ".join(str(s) for s in cell.seeds),
+                    "fewer_seeds": cell.short,
+                    "best": cell.bold,
+                }
+            )
+    return pd.DataFrame(recs)
