@@ -1,0 +1,591 @@
+"""Evaluation entry point: a temperature sweep per benchmark, one JSON result per (run, dataset, T).
+
+    python -m pspo_repro.evaluate run=results/runs/tiny/pspo/seed0 eval=gsm8k
+    python -m pspo_repro.evaluate model=tiny eval=all temperatures=[0.0,0.8] eval.limit=50
+
+The model loads once for the whole sweep. Work proceeds in chunks of prompts; every finished chunk is
+appended (fsync) to ``T{t}.partial.jsonl`` beside the final file, so a killed run resumes where it
+stopped; the final JSON and the compressed completions are written atomically, then the partial file is
+removed. Finished cells are skipped. The final files hold no wall-clock data, so they are byte-identical
+whether or not a resume happened. Bad input ends with one ``error: ...`` line and nothing written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pspo_repro import grading
+from pspo_repro.atomic import atomic_open, write_json
+from pspo_repro.data import DataError, Problem, get_spec, load_benchmark
+from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.stats import majority_vote, pass_at_k
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+PASS_KS = (1, 2, 4, 8, 16)
+CONF_DIR = PROJECT_ROOT / "conf"
+# Test hook: called after each chunk is appended (fault-injection tests raise from it).
+AFTER_CHUNK_HOOK: Callable[[int], None] | None = None
+
+
+class EvalError(ValueError):
+    """Bad evaluation input; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is evaluated and under which identity the results are stored."""
+
+    model: str
+    method: str
+    seed: int
+    tag: str
+    run_dir: str | None
+    checkpoint: str  # a local folder or a hub id
+
+
+# ---------------------------------------------------------------- input resolution
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+
+
+def _check_checkpoint(folder: Path) -> None:
+    if not folder.is_dir():
+        raise EvalError(f"checkpoint not found: {folder}")
+    if not (folder / "config.json").is_file():
+        raise EvalError(f"checkpoint {folder} has no config.json (not a saved model)")
+    if not _has_tokenizer(folder):
+        raise EvalError(f"checkpoint {folder} has no tokenizer files (tokenizer.json/tokenizer_config.json)")
+
+
+def resolve_target(cfg: Any) -> Target:
+    """The model/checkpoint to evaluate and its result identity, from ``run=`` or ``model=``."""
+    if cfg.run and cfg.model_ref:
+        raise EvalError("give run=<run folder> or model=<name|path|hub id>, not both")
+    if cfg.run:
+        run_dir = Path(str(cfg.run)).expanduser()
+        if not run_dir.is_dir() and (results_dir() / "runs" / str(cfg.run)).is_dir():
+            run_dir = results_dir() / "runs" / str(cfg.run)
+        if not run_dir.is_dir():
+            raise EvalError(
+                f"run folder not found: {cfg.run} (also tried {results_dir() / 'runs' / str(cfg.run)})"
+            )
+        info_path = run_dir / "run.json"
+        if not info_path.is_file():
+            raise EvalError(f"{info_path} not found: not a training run folder")
+        try:
+            info = json.loads(info_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise EvalError(f"{info_path}: malformed JSON ({exc.msg})") from None
+        missing = [k for k in ("model", "method", "seed") if info.get(k) is None]
+        if missing:
+            raise EvalError(f"{info_path}: missing field(s) {', '.join(missing)}")
+        ckpt = cfg.checkpoint or info.get("best_checkpoint")
+        if not ckpt:
+            raise EvalError(f"{info_path} has no best_checkpoint; pass checkpoint=<folder>")
+        folder = Path(str(ckpt)).expanduser()
+        folder = folder if folder.is_absolute() else run_dir / folder
+        _check_checkpoint(folder)
+        return Target(
+            str(info["model"]),
+            str(info["method"]),
+            int(info["seed"]),
+            str(info.get("tag") or ""),
+            str(run_dir),
+            str(folder.resolve()),
+        )
+    if not cfg.model_ref:
+        raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
+    if cfg.checkpoint:
+        raise EvalError("checkpoint= selects a checkpoint of a run; use it with run=, or pass model=<path>")
+    name = str(cfg.model_ref)
+    preset = CONF_DIR / "model" / f"{name}.yaml"
+    if "/" not in name and preset.is_file():
+        # A training model preset (conf/model/<name>.yaml): the same name as its training runs, so the
+        # baseline row lines up with them in tables.
+        from omegaconf import OmegaConf
+
+        spec = OmegaConf.load(preset)
+        if spec.get("path"):
+            path = Path(str(spec.path)).expanduser()
+            _check_checkpoint(path)
+            return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
+        if spec.get("hub_id"):
+            return Target(str(spec.name), "baseline", 0, "", None, str(spec.hub_id))
+        if name == "tiny":
+            from pspo_repro.tiny_model import tiny_model_path
+
+            return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
+        raise EvalError(f"{preset} names neither path nor hub_id")
+    if name == "tiny":
+        from pspo_repro.tiny_model import tiny_model_path
+
+        return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
+    path = Path(name).expanduser()
+    if path.exists():
+        _check_checkpoint(path)
+        return Target(path.resolve().name, "baseline", 0, "", None, str(path.resolve()))
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise EvalError(f"model path not found: {name}")
+    return Target(name.split("/")[-1], "baseline", 0, "", None, name)  # a hub id
+
+
+def validate(cfg: Any) -> tuple[list[str], list[float]]:
+    """Dataset names and temperatures after checking every setting (raises EvalError)."""
+    datasets = list(cfg.eval.datasets)
+    if not datasets:
+        raise EvalError("eval.datasets is empty")
+    for name in datasets:
+        get_spec(name)  # unknown names list the allowed ones
+    temps = [float(t) for t in cfg.temperatures]
+    if not temps:
+        raise EvalError("temperatures is empty")
+    for t in temps:
+        if t < 0:
+            raise EvalError(f"temperature must be >= 0, got {t}")
+    labels = [f"{t:.1f}" for t in temps]
+    if len(set(labels)) != len(labels):
+        raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
+    if int(cfg.n_samples) < 1 or int(cfg.max_new_tokens) < 1 or int(cfg.chunk_size) < 1:
+        raise EvalError("n_samples, max_new_tokens and chunk_size must be positive")
+    if not 0 < float(cfg.top_p) <= 1:
+        raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
+    if cfg.eval.limit is not None and int(cfg.eval.limit) < 1:
+        raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
+    return datasets, temps
+
+
+# ---------------------------------------------------------------- files and identity
+
+
+def eval_dir(target: Target, dataset: str) -> Path:
+    """``results/eval/{model}/{method}/seed{seed}[-tag]/{dataset}/``."""
+    seed_dir = f"seed{target.seed}" + (f"-{target.tag}" if target.tag else "")
+    return results_dir() / "eval" / target.model / target.method / seed_dir / dataset
+
+
+def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
+    """The final JSON, the completions and the partial shard of one cell."""
+    stem = f"T{temperature:.1f}"
+    return {
+        "json": folder / f"{stem}.json",
+        "completions": folder / f"{stem}.completions.jsonl.gz",
+        "partial": folder / f"{stem}.partial.jsonl",
+    }
+
+
+def rows_sha256(problems: list[Problem]) -> str:
+    """Hash of the problem ids used, in order: two cells compare only if they used the same rows."""
+    return hashlib.sha256("\n".join(p.id for p in problems).encode()).hexdigest()
+
+
+def n_for(temperature: float, n_samples: int) -> int:
+    """One sample at T = 0 (greedy), ``n_samples`` above."""
+    return 1 if temperature == 0 else n_samples
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of the packages that change results."""
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for pkg in ("torch", "transformers", "trl", "vllm", "math-verify", "datasets"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def git_sha() -> str | None:
+    """The project's HEAD commit, or None outside a git checkout."""
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        return res.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# ---------------------------------------------------------------- grading and metrics
+
+
+def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
+    """One prompt's partial-shard record: its completions with both gradings and final-answer keys."""
+    samples = []
+    for c in completions:
+        samples.append(
+            {
+                "text": c.text,
+                "token_ids": list(c.token_ids),
+                "final_answer": grading.extract_final_answer(c.text),
+                "answer_key": grading.final_answer_key(c.text, problem.answer_kind),
+                "reward_correct": int(grading.reward_correct(c.text, problem.answer, problem.answer_kind)),
+                "true_correct": int(grading.true_correct(c.text, problem.answer, problem.answer_kind)),
+            }
+        )
+    return {"id": problem.id, "gold": problem.answer, "samples": samples}
+
+
+def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
+    """Per-prompt counts for the result JSON (enough to recompute every metric)."""
+    s = record["samples"]
+    keys = [x["answer_key"] for x in s]
+    n = len(s)
+    return {
+        "id": record["id"],
+        "n": n,
+        "reward_correct": sum(x["reward_correct"] for x in s),
+        "true_correct": sum(x["true_correct"] for x in s),
+        # reward_maj: the most frequent final answer (ties: first seen) is reward-correct.
+        "reward_maj": int(majority_vote(keys, [bool(x["reward_correct"]) for x in s])),
+        # true_maj: more than half of the samples contain the gold somewhere.
+        "true_maj": int(2 * sum(x["true_correct"] for x in s) > n),
+        "mean_length": sum(len(x["token_ids"]) for x in s) / n,
+    }
+
+
+def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
+    """Accuracies over all samples (top-1 at T = 0), unbiased pass@k for k <= n, majority vote, length."""
+    total = sum(r["n"] for r in per_prompt)
+    n_min = min(r["n"] for r in per_prompt)
+    metrics: dict[str, float] = {
+        "reward_acc": sum(r["reward_correct"] for r in per_prompt) / total,
+        "true_acc": sum(r["true_correct"] for r in per_prompt) / total,
+        "reward_maj": sum(r["reward_maj"] for r in per_prompt) / len(per_prompt),
+        "true_maj": sum(r["true_maj"] for r in per_prompt) / len(per_prompt),
+        "mean_length": sum(r["mean_length"] * r["n"] for r in per_prompt) / total,
+    }
+    for k in PASS_KS:
+        if k > n_min:
+            break
+        for kind in ("reward", "true"):
+            metrics[f"{kind}_pass@{k}"] = sum(
+                pass_at_k(r["n"], r[f"{kind}_correct"], k) for r in per_prompt
+            ) / len(per_prompt)
+    return metrics
+
+
+# ---------------------------------------------------------------- partial shards
+
+
+def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[str, dict[str, Any]]:
+    """Finished prompt records from a partial shard, deduplicated by id (first wins).
+
+    A shard written under different settings is discarded (it would mix incompatible samples); a torn
+    last line (a kill mid-write) is dropped.
+    """
+    if not path.is_file():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        first = json.loads(lines[0]) if lines else None
+    except json.JSONDecodeError:
+        first = None
+    if not first or first.get("header") != header:
+        log.warning("%s: written under other settings or unreadable; starting this cell afresh", path)
+        path.unlink()
+        return {}
+    done: dict[str, dict[str, Any]] = {}
+    for line in lines[1:]:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # only the last line can be torn: we append whole lines and fsync each chunk
+        if rec.get("id") in wanted and rec["id"] not in done:
+            done[rec["id"]] = rec
+    return done
+
+
+def append_records(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """Append finished records in one write and fsync (the header line first for a new shard)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not path.exists() or path.stat().st_size == 0
+    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    if fresh:
+        blob = json.dumps({"header": header}, sort_keys=True) + "\n" + blob
+    with open(path, "a", encoding="utf-8") as fh:
+        if not fresh and fh.tell() > 0:
+            # A torn last line from a kill: terminate it so our records start on their own line.
+            with open(path, "rb") as rd:
+                rd.seek(-1, os.SEEK_END)
+                if rd.read(1) != b"\n":
+                    blob = "\n" + blob
+        fh.write(blob)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_completions(path: Path, records: list[dict[str, Any]]) -> None:
+    """The raw completions as gzip JSONL, byte-deterministic (mtime 0, no file name in the header)."""
+    with atomic_open(path, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+            for rec in records:
+                gz.write((json.dumps(rec, sort_keys=True) + "\n").encode())
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+@dataclass
+class Cell:
+    dataset: str
+    temperature: float
+    paths: dict[str, Path]
+    header: dict[str, Any]
+    done: dict[str, dict[str, Any]]
+
+
+def _header(
+    target: Target, cfg: Any, dataset: str, problems: list[Problem], t: float, backend: str
+) -> dict[str, Any]:
+    """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": target.model,
+        "method": target.method,
+        "seed": target.seed,
+        "tag": target.tag,
+        "checkpoint": target.checkpoint,
+        "dataset": dataset,
+        "split": str(cfg.eval.split),
+        "limit": None if cfg.eval.limit is None else int(cfg.eval.limit),
+        "num_prompts": len(problems),
+        "rows_sha256": rows_sha256(problems),
+        "temperature": t,
+        "top_p": float(cfg.top_p),
+        "max_new_tokens": int(cfg.max_new_tokens),
+        "n_samples": n_for(t, int(cfg.n_samples)),
+        "sampling_seed": int(cfg.sampling_seed),
+        "prompt_template": str(cfg.prompt_template),
+        "backend": backend,
+    }
+
+
+def _final_matches(path: Path, header: dict[str, Any]) -> bool:
+    existing = json.loads(path.read_text())
+    differing = [k for k, v in header.items() if existing.get(k) != v]
+    if differing:
+        raise EvalError(
+            f"{path} exists with different settings ({', '.join(differing)}); delete it or evaluate under another tag"
+        )
+    return True
+
+
+def evaluate(cfg: Any) -> list[dict[str, Any]]:
+    """Run the sweep described by a composed ``evaluate`` config; returns every cell's result dict."""
+    from omegaconf import OmegaConf
+    from tqdm.auto import tqdm
+
+    from pspo_repro.backends import Request, make_backend, request_seed, resolve_backend_name
+    from pspo_repro.prompts import render_prompt
+
+    datasets, temps = validate(cfg)
+    target = resolve_target(cfg)
+    backend_name = resolve_backend_name(str(cfg.backend))
+    problems_by_ds = {name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit) for name in datasets}
+
+    cells: list[Cell] = []
+    for name, problems in problems_by_ds.items():
+        folder = eval_dir(target, name)
+        for t in temps:
+            paths = cell_paths(folder, t)
+            header = _header(target, cfg, name, problems, t, backend_name)
+            if paths["json"].is_file() and _final_matches(paths["json"], header):
+                log.info("done already: %s", paths["json"])
+                continue
+            cells.append(Cell(name, t, paths, header, {}))
+
+    if cells:
+        tokenizer = _load_tokenizer(target.checkpoint)
+        backend = make_backend(
+            backend_name,
+            target.checkpoint,
+            seed=int(cfg.sampling_seed),
+            batch_size=int(cfg.batch_size),
+            device=str(cfg.device),
+            **OmegaConf.to_container(cfg.vllm, resolve=True),
+        )
+        log.info("evaluating %s (%s) with the %s backend", target.checkpoint, target.method, backend.name)
+        chunk_no = 0
+        for name, problems in problems_by_ds.items():
+            ds_cells = [c for c in cells if c.dataset == name]
+            if not ds_cells:
+                continue
+            wanted = {p.id for p in problems}
+            for c in ds_cells:
+                c.done = read_partial(c.paths["partial"], c.header, wanted)
+            prompts = [render_prompt(tokenizer, p.question, str(cfg.prompt_template)) for p in problems]
+            prompt_ids = [tuple(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in prompts]
+            size = int(cfg.chunk_size)
+            bar = tqdm(
+                total=len(problems) * len(ds_cells), desc=f"{name} T={[c.temperature for c in ds_cells]}"
+            )
+            bar.update(sum(len(c.done) for c in ds_cells))
+            for start in range(0, len(problems), size):
+                todo = [
+                    (c, i)
+                    for c in ds_cells
+                    for i in range(start, min(start + size, len(problems)))
+                    if problems[i].id not in c.done
+                ]
+                if not todo:
+                    continue
+                # Every pending temperature of this chunk in one submission (vLLM batches across them).
+                requests = [
+                    Request(
+                        prompts[i],
+                        prompt_ids[i],
+                        c.temperature,
+                        n_for(c.temperature, int(cfg.n_samples)),
+                        request_seed(int(cfg.sampling_seed), c.temperature, problems[i].id),
+                    )
+                    for c, i in todo
+                ]
+                outputs = backend.generate(requests, int(cfg.max_new_tokens), float(cfg.top_p))
+                for c in ds_cells:
+                    recs = [
+                        grade_samples(problems[i], out)
+                        for (cc, i), out in zip(todo, outputs, strict=True)
+                        if cc is c
+                    ]
+                    if recs:
+                        append_records(c.paths["partial"], c.header, recs)
+                        c.done.update({r["id"]: r for r in recs})
+                bar.update(len(todo))
+                chunk_no += 1
+                if AFTER_CHUNK_HOOK is not None:
+                    AFTER_CHUNK_HOOK(chunk_no)
+            bar.close()
+            for c in ds_cells:
+                _finish_cell(c, problems, cfg, target)
+
+    results = []
+    for name in datasets:
+        for t in temps:
+            results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
+    print_table(results)
+    return results
+
+
+def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> None:
+    """Write completions then the final JSON (its presence marks the cell done), then drop the shard."""
+    from omegaconf import OmegaConf
+
+    records = [c.done[p.id] for p in problems]
+    per_prompt = [per_prompt_row(r) for r in records]
+    write_completions(c.paths["completions"], records)
+    result = {
+        **c.header,
+        "run_dir": target.run_dir,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "versions": versions(),
+        "git_sha": git_sha(),
+        "per_prompt": per_prompt,
+        "metrics": cell_metrics(per_prompt),
+    }
+    write_json(c.paths["json"], result)
+    c.paths["partial"].unlink(missing_ok=True)
+    log.info("wrote %s", c.paths["json"])
+
+
+def _load_tokenizer(checkpoint: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalError(f"cannot load the tokenizer of {checkpoint}: {first}") from None
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    """Both accuracies per dataset and temperature (plus the largest pass@k and majority vote)."""
+    lines = [f"{'dataset':<10} {'T':>4} {'n':>3} {'reward_acc':>10} {'true_acc':>9} {'pass@n':>7} {'maj':>6}"]
+    for r in results:
+        m, n = r["metrics"], r["n_samples"]
+        k = max(k for k in PASS_KS if k <= n)
+        lines.append(
+            f"{r['dataset']:<10} {r['temperature']:>4.1f} {n:>3} {m['reward_acc']:>10.4f} {m['true_acc']:>9.4f} "
+            f"{m[f'reward_pass@{k}']:>7.4f} {m['reward_maj']:>6.4f}"
+        )
+    print("\n".join(lines), flush=True)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _precheck_argv(argv: list[str]) -> None:
+    """Catch a missing ``eval=<name>`` group file before Hydra (whose error spans several lines)."""
+    for arg in argv:
+        if arg.startswith("eval="):
+            name = arg.split("=", 1)[1]
+            if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
+                allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
+                raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
+
+
+def _hydra_main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
+    def _run(cfg: Any) -> None:
+        try:
+            evaluate(cfg)
+        except (EvalError, DataError) as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
+
+    _run()
+
+
+def rewrite_overrides(argv: list[str]) -> list[str]:
+    """``model=X`` -> ``model_ref=X``: ``conf/model/`` is the training model group, so Hydra would read
+    ``model=`` as a group choice; the evaluator takes a preset name, a path or a hub id instead."""
+    return ["model_ref=" + a.split("=", 1)[1] if a.startswith("model=") else a for a in argv]
+
+
+def compose_config(overrides: list[str]) -> Any:
+    """The evaluate config for CLI-style overrides (for tests and scripts), without running Hydra's app."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="evaluate", overrides=rewrite_overrides(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def main() -> None:
+    """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``."""
+    try:
+        _precheck_argv(sys.argv[1:])
+    except EvalError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    sys.argv = [sys.argv[0], *rewrite_overrides(sys.argv[1:])]
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
