@@ -1,0 +1,162 @@
+"""The explorer's job: validate the request, probe the registry, run the testbeds, check, then write."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from pspo_repro.explore import checks as C
+from pspo_repro.explore import plots
+from pspo_repro.explore.probe import mask_grid, ratio_curves
+from pspo_repro.explore.summary import write_summary
+from pspo_repro.explore.testbed import Tabular, TestbedSpec, make_optimizer, train
+from pspo_repro.methods import list_methods, validate_params
+from pspo_repro.paths import PROJECT_ROOT
+
+# Figure order: the paper's comparison first, then the other methods (any newly registered one: sorted, last).
+ORDER = (
+    "noclip",
+    "clip",
+    "pspo",
+    "sapo",
+    "p3o",
+    "topr",
+    "gspo",
+    "cispo",
+    "dppo_binary_tv",
+    "dppo_binary_kl",
+    "dppo_topk_tv",
+    "dppo_topk_kl",
+)
+# The methods the checks need; run on the testbeds even when not selected for the figures.
+CHECK_METHODS = ("clip", "noclip", "pspo")
+
+
+class UsageError(ValueError):
+    """A bad request: reported in one line, exit code 2, nothing written."""
+
+
+def resolve(cfg: DictConfig) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Selected method names and validated parameters of every registered method (defaults + overrides)."""
+    registered = list_methods()
+    if cfg.methods is not None:
+        selected = list(cfg.methods)
+    else:
+        selected = [m for m in ORDER if m in registered] + [m for m in registered if m not in ORDER]
+    unknown = [m for m in selected if m not in registered]
+    overrides = OmegaConf.to_container(cfg.method_params, resolve=True) or {}
+    unknown += [m for m in overrides if m not in registered and m not in unknown]
+    if unknown:
+        raise UsageError(
+            f"unknown method(s) {', '.join(map(str, unknown))}; registered: {', '.join(registered)}"
+        )
+    if not selected:
+        raise UsageError(f"methods is empty; registered: {', '.join(registered)}")
+    if len(set(selected)) != len(selected):
+        raise UsageError(f"methods lists a name twice: {selected}")
+    params = {}
+    for name in registered:
+        given = dict(overrides.get(name) or {})
+        if name == "pspo" and cfg.alpha is not None:
+            given["alpha"] = cfg.alpha
+        try:
+            params[name] = validate_params(name, given)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    return selected, params
+
+
+def _spec(name: str, node: DictConfig, seed: int) -> TestbedSpec:
+    return TestbedSpec(name=name, seed=seed, **OmegaConf.to_container(node, resolve=True))
+
+
+def run(cfg: DictConfig, overrides: list[str] | None = None) -> int:
+    """Return the exit code: 0 all checks pass, 1 a check failed, 2 a bad request (nothing written)."""
+    start = time.perf_counter()
+    try:
+        selected, params = resolve(cfg)
+        if cfg.epochs < 1:
+            raise UsageError(f"epochs={cfg.epochs} is invalid; allowed: an integer >= 1")
+        make_optimizer(cfg.optimizer, [torch.zeros(1, requires_grad=True)], 0.1)  # validates the name
+        specs = [_spec("bandit", cfg.bandit, cfg.seed), _spec("sequence", cfg.sequence, cfg.seed + 1)]
+        testbeds = [Tabular(s) for s in specs]
+    except (UsageError, ValueError, TypeError) as err:
+        print(f"explore: {err}", file=sys.stderr)
+        return 2
+
+    torch.manual_seed(cfg.seed)
+    alpha = params["pspo"]["alpha"]
+    curves = {m: ratio_curves(m, params[m], cfg.curves.points, cfg.curves.r_max) for m in selected}
+    ref = curves.get("noclip") or ratio_curves(
+        "noclip", params["noclip"], cfg.curves.points, cfg.curves.r_max
+    )
+    dppo = [m for m in selected if m.startswith("dppo_binary")]
+    dppo += [m for m in selected if m.startswith("dppo_topk") and m.replace("topk", "binary") not in dppo]
+    grids = {m: mask_grid(m, params[m], cfg.mask_points) for m in dppo}
+
+    results, all_checks = [], []
+    train_methods = selected + [m for m in CHECK_METHODS if m not in selected]
+    for spec, tb in zip(specs, testbeds, strict=True):
+        batch = tb.sample_batch()
+        runs = {
+            m: train(tb, batch, m, params[m], epochs=cfg.epochs, optimizer=cfg.optimizer, lr=cfg.lr)
+            for m in train_methods
+        }
+        all_checks += C.check_smoothing_contraction(tb, runs["pspo"], alpha, spec.name)
+        all_checks += C.check_zero_grads(runs, spec.name)
+        all_checks.append(C.check_gradient_scaling(tb, batch, runs["pspo"], params, spec.name))
+        all_checks.append(C.check_library_zero_grad_metric(runs, spec.name))
+        if spec.name == "bandit":
+            all_checks += C.check_optimizer_equivalence(tb, batch, params, cfg.epochs, cfg.lr, spec.name)
+        results.append((spec, {m: runs[m] for m in selected}))
+    all_checks += C.check_dppo_topk_reduces_to_binary({m: params[m] for m in selected})
+
+    out_dir = Path(cfg.out_dir) if cfg.out_dir is not None else PROJECT_ROOT / "docs" / "figures"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fmt, dpi = list(cfg.formats), cfg.dpi
+    figures = []
+    for m in selected:
+        figures += plots.save(
+            plots.method_figure(m, params[m], curves[m], ref), out_dir, f"method_{m}", fmt, dpi
+        )
+    figures += plots.save(plots.overview_figure(curves, params, ref), out_dir, "methods_overview", fmt, dpi)
+    if grids:
+        figures += plots.save(plots.dppo_mask_figure(grids, params), out_dir, "dppo_masks", fmt, dpi)
+    for spec, runs in results:
+        title = (
+            f"{spec.name} testbed: {cfg.optimizer} lr={cfg.lr:g}, {cfg.epochs} epochs on one batch of "
+            f"{spec.num_groups * spec.group_size} (seq_len {spec.seq_len}, vocab {spec.vocab}, reward {spec.reward})"
+        )
+        figures += plots.save(plots.testbed_figure(runs, title), out_dir, f"testbed_{spec.name}", fmt, dpi)
+
+    for c in all_checks:
+        print(c.line())
+    runtime = time.perf_counter() - start
+    settings = {
+        "methods": ",".join(selected),
+        "alpha": alpha,
+        "optimizer": cfg.optimizer,
+        "lr": cfg.lr,
+        "epochs": cfg.epochs,
+        "seed": cfg.seed,
+    }
+    write_summary(
+        out_dir / "explore_summary.md",
+        overrides=overrides or [],
+        settings=settings,
+        checks=all_checks,
+        tables=results,
+        figures=figures,
+        runtime_s=runtime,
+    )
+    failed = [c for c in all_checks if not c.passed]
+    print(
+        f"explore: {len(all_checks) - len(failed)}/{len(all_checks)} checks passed; wrote {len(figures)} figures "
+        f"and explore_summary.md to {out_dir} in {runtime:.1f} s"
+    )
+    return 1 if failed else 0
