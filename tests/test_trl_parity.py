@@ -1,0 +1,164 @@
+"""Our methods + aggregation equal the loss TRL 1.16's own ``GRPOTrainer._compute_loss`` computes.
+
+TRL's code is driven directly: a bare ``GRPOTrainer`` object (``__new__``, no ``__init__``) gets exactly the
+attributes ``_compute_loss`` reads, and ``_get_per_token_logps_and_entropies`` is replaced by a stub that
+returns prepared log-probs (a leaf tensor, so gradients can be compared too).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+import trl
+from trl import GRPOTrainer
+
+from pspo_repro.methods import aggregate, get_method
+
+GA, STEPS_PER_GEN, MAX_LEN = 2, 4, 12
+
+
+def test_trl_version_is_the_one_mirrored():
+    assert trl.__version__ == "1.16.0"
+
+
+class _Accelerator:
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+    def reduce(self, x, reduction="sum"):
+        return x
+
+
+def trl_loss(
+    loss_type, logp, old, adv, mask, *, eps_low=0.2, eps_high=0.2, delta=None, level="token", **args
+):
+    """Loss, d loss / d logp and logged metrics from TRL's own ``_compute_loss``."""
+    trainer = GRPOTrainer.__new__(GRPOTrainer)
+    trainer.loss_type = loss_type
+    trainer.epsilon_low, trainer.epsilon_high = eps_low, eps_high
+    trainer.beta = 0.0
+    trainer.importance_sampling_level = level
+    trainer.top_entropy_quantile = 1.0
+    trainer.off_policy_mask_threshold = None
+    trainer.use_vllm = False
+    trainer.aux_loss_enabled = False
+    trainer._entropy_bonus_enabled = False
+    trainer.accelerator = _Accelerator()
+    trainer.current_gradient_accumulation_steps = GA
+    trainer.max_completion_length = MAX_LEN
+    trainer.model = SimpleNamespace(training=True)
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    trainer.args = SimpleNamespace(
+        delta=delta,
+        steps_per_generation=STEPS_PER_GEN,
+        sapo_temperature_pos=args.get("tau_pos", 1.0),
+        sapo_temperature_neg=args.get("tau_neg", 1.05),
+        use_bias_correction_kl=False,
+    )
+    leaf = logp.detach().clone().requires_grad_(True)
+
+    def fake_logps(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        assert logits_to_keep == leaf.shape[1]
+        return leaf, torch.zeros_like(leaf), None
+
+    trainer._get_per_token_logps_and_entropies = fake_logps
+    b, t = logp.shape
+    inputs = {
+        "prompt_ids": torch.zeros(b, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(b, 2, dtype=torch.long),
+        "completion_ids": torch.zeros(b, t, dtype=torch.long),
+        "completion_mask": mask.long(),
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": mask.sum() * 3,  # spans the generation batch, as in TRL
+    }
+    loss = trainer._compute_loss(None, inputs)
+    loss.backward()
+    return loss.detach(), leaf.grad, trainer._metrics["train"], inputs["num_items_in_batch"]
+
+
+def ours(name, mode, logp, old, adv, mask, num_items_in_batch, **params):
+    leaf = logp.detach().clone().requires_grad_(True)
+    out = get_method(name)(leaf, old, adv, mask, **params)
+    # the normaliser the trainer passes for dapo: num_items / num_processes * GA / steps_per_generation
+    num_items = num_items_in_batch / 1 * GA / STEPS_PER_GEN
+    loss = aggregate(
+        out.per_token_loss,
+        mask,
+        mode,
+        num_items=num_items,
+        max_completion_length=MAX_LEN,
+        accumulation_steps=GA,
+    )
+    loss.backward()
+    return loss.detach(), leaf.grad, out.metrics
+
+
+def batch(seed, b=6, t=10, spread=0.4):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(b, t, generator=g) * 4 - 0.01
+    logp = old + spread * torch.randn(b, t, generator=g)
+    adv = torch.randn(b, generator=g)
+    mask = (torch.rand(b, t, generator=g) > 0.25).float()
+    mask[:, 0] = 1.0
+    return logp, old, adv, mask
+
+
+CASES = [
+    # (our method, our params, our mode, TRL loss_type, TRL kwargs)
+    ("clip", {"eps_low": 0.2, "eps_high": 0.28}, "dapo", "dapo", {"eps_low": 0.2, "eps_high": 0.28}),
+    (
+        "clip",
+        {"eps_low": 0.1, "eps_high": 0.1, "delta": 1.4},
+        "dapo",
+        "dapo",
+        {"eps_low": 0.1, "eps_high": 0.1, "delta": 1.4},
+    ),
+    ("clip", {}, "grpo", "grpo", {}),
+    ("clip", {}, "bnpo", "bnpo", {}),
+    ("clip", {}, "dr_grpo", "dr_grpo", {}),
+    ("sapo", {"tau_pos": 1.0, "tau_neg": 1.05}, "grpo", "sapo", {}),
+    ("sapo", {"tau_pos": 0.5, "tau_neg": 2.0}, "grpo", "sapo", {"tau_pos": 0.5, "tau_neg": 2.0}),
+    ("cispo", {"eps_high": 1.3}, "dapo", "cispo", {"eps_high": 1.3}),
+    ("cispo", {"eps_high": 5.0}, "dapo", "cispo", {"eps_high": 5.0}),
+    (
+        "gspo",
+        {"eps_low": 3e-2, "eps_high": 4e-2},
+        "dapo",
+        "dapo",
+        {"eps_low": 3e-2, "eps_high": 4e-2, "level": "sequence"},
+    ),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(("name", "params", "mode", "loss_type", "trl_kwargs"), CASES)
+def test_loss_and_gradient_match_trl(seed, name, params, mode, loss_type, trl_kwargs):
+    logp, old, adv, mask = batch(seed)
+    ref_loss, ref_grad, ref_metrics, num_items = trl_loss(loss_type, logp, old, adv, mask, **trl_kwargs)
+    loss, grad, metrics = ours(name, mode, logp, old, adv, mask, num_items, **params)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)
+    assert grad.abs().sum() > 0
+    if loss_type in ("dapo", "grpo", "bnpo", "dr_grpo") and name == "clip":
+        # our clip_frac is TRL's clip_ratio/region_mean, low/high likewise
+        assert metrics["clip_frac"].item() == pytest.approx(ref_metrics["clip_ratio/region_mean"][0])
+        assert metrics["clip_low_frac"].item() == pytest.approx(ref_metrics["clip_ratio/low_mean"][0])
+        assert metrics["clip_high_frac"].item() == pytest.approx(ref_metrics["clip_ratio/high_mean"][0])
+    if name == "cispo":
+        assert metrics["clip_frac"].item() == pytest.approx(ref_metrics["cispo_clip_ratio"][0])
+
+
+def test_parity_case_exercises_clipping():
+    # guard against a vacuous parity test: the random batches do clip some tokens
+    logp, old, adv, mask = batch(0)
+    out = get_method("clip")(logp, old, adv, mask, eps_low=0.2, eps_high=0.28)
+    assert 0.05 < out.metrics["clip_frac"].item() < 0.95
