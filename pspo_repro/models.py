@@ -1,0 +1,80 @@
+"""Load the policy and its tokenizer from a model config (``conf/model/*.yaml``).
+
+Three sources, in order: ``path`` (a local folder), ``hub_id`` (the hub or its local cache), and for the
+tiny model ``pspo_repro.tiny_model.tiny_model_path()``. ``random_init: true`` builds the architecture
+stored in the yaml (``arch``) with random weights instead: with no hub, it is how real-size runs measure
+speed and memory; such a model is never used for accuracy. Its tokenizer is ``tokenizer`` if given, else
+the tiny tokenizer (its ids are a subset of Qwen's vocabulary size, so the embedding table stays real-size).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pspo_repro.tiny_model import tiny_model_path
+
+
+def model_source(model_cfg: Any) -> str:
+    """The folder or hub id the weights come from (without loading anything)."""
+    if model_cfg.get("path"):
+        return str(Path(model_cfg.path).expanduser())
+    if model_cfg.get("hub_id"):
+        return str(model_cfg.hub_id)
+    return str(tiny_model_path())
+
+
+def tokenizer_source(model_cfg: Any) -> str:
+    """Where the tokenizer comes from: ``tokenizer``, else the weights' source (tiny for random init)."""
+    if model_cfg.get("tokenizer"):
+        return str(model_cfg.tokenizer)
+    if model_cfg.get("random_init") and not model_cfg.get("path"):
+        return str(tiny_model_path())
+    return model_source(model_cfg)
+
+
+def resolve_dtype(name: str | None, use_cuda: bool):
+    """``auto`` -> bfloat16 on CUDA, float32 on CPU; otherwise the named torch dtype."""
+    import torch
+
+    if name in (None, "auto"):
+        return torch.bfloat16 if use_cuda else torch.float32
+    return getattr(torch, name)
+
+
+def load_tokenizer(model_cfg: Any):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(
+        tokenizer_source(model_cfg), trust_remote_code=bool(model_cfg.get("trust_remote_code", False))
+    )
+    if tok.pad_token is None:  # GRPOTrainer pads prompts and completions
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(model_cfg: Any, tokenizer, use_cuda: bool):
+    """The causal LM: pretrained from its source, or randomly initialised from ``arch``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dtype = resolve_dtype(model_cfg.get("dtype"), use_cuda)
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(model_cfg.get("trust_remote_code", False))}
+    if model_cfg.get("attn_implementation"):
+        kwargs["attn_implementation"] = model_cfg.attn_implementation
+    if not model_cfg.get("random_init"):
+        return AutoModelForCausalLM.from_pretrained(model_source(model_cfg), dtype=dtype, **kwargs)
+    arch = dict(model_cfg.arch)
+    model_type = arch.pop("model_type")
+    if arch.get("vocab_size", 0) < len(tokenizer):
+        raise ValueError(f"model.arch.vocab_size={arch.get('vocab_size')} < tokenizer size {len(tokenizer)}")
+    config = AutoConfig.for_model(
+        model_type,
+        **arch,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model

@@ -1,0 +1,89 @@
+"""Reward functions for training, behind a registry; each has TRL's reward-function signature.
+
+TRL calls ``fn(prompts=..., completions=..., completion_ids=..., **columns)`` where ``columns`` are the
+dataset's other columns repeated per completion (here ``answer`` and ``answer_kind``) plus TRL's own
+keywords (``trainer_state``, ``log_extra``, ``log_metric``), and expects one float per completion.
+The scoring itself lives in ``pspo_repro.grading`` (shared with evaluation), which bounds math-verify's
+time on any thread (its signal-based timeouts only work on the main thread). No torch/TRL imports here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from pspo_repro import grading
+
+RewardFn = Callable[..., list[float]]
+REWARDS: dict[str, RewardFn] = {}
+
+# The answer line the paper's system prompt asks for: "#### <final numeric answer only>".
+_FORMAT_RE = re.compile(r"^\s*####\s*\S.*$", re.M)
+
+
+def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
+    """Decorator adding a reward under ``name``; a duplicate name raises (no silent overwrite)."""
+
+    def decorator(fn: RewardFn) -> RewardFn:
+        if name in REWARDS:
+            raise ValueError(f"reward {name!r} is already registered")
+        fn.__name__ = name  # TRL logs rewards/<__name__>/mean
+        REWARDS[name] = fn
+        return fn
+
+    return decorator
+
+
+def list_rewards() -> list[str]:
+    """Sorted names of the registered rewards."""
+    return sorted(REWARDS)
+
+
+def get_reward(name: str) -> RewardFn:
+    """The reward registered as ``name``; an unknown name raises a one-line ValueError listing the options."""
+    if name not in REWARDS:
+        raise ValueError(f"unknown reward {name!r}; valid rewards: {', '.join(list_rewards())}")
+    return REWARDS[name]
+
+
+def completion_text(completion: Any) -> str:
+    """The assistant text of one completion: a string, or TRL's conversational ``[{"role", "content"}]``."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant")
+
+
+def _kinds(answer_kind: list[str] | None, n: int) -> list[str]:
+    return list(answer_kind) if answer_kind is not None else ["numeric"] * n
+
+
+@register_reward("gsm8k_numeric")
+def gsm8k_numeric(prompts, completions, answer, **kwargs) -> list[float]:
+    """The authors' reward: 1 if the final number is right, +0.05 for the '####' format; values {0, 0.05, 1}."""
+    return [
+        grading.gsm8k_numeric_reward(completion_text(c), g) for c, g in zip(completions, answer, strict=True)
+    ]
+
+
+@register_reward("math_verify")
+def math_verify(prompts, completions, answer, answer_kind=None, **kwargs) -> list[float]:
+    """1.0 if the final answer is equivalent to the gold (exact numbers; math-verify for LaTeX), else 0.0."""
+    kinds = _kinds(answer_kind, len(completions))
+    return [
+        float(grading.reward_correct(completion_text(c), g, k))
+        for c, g, k in zip(completions, answer, kinds, strict=True)
+    ]
+
+
+@register_reward("format")
+def format_reward(prompts, completions, **kwargs) -> list[float]:
+    """1.0 if the response has a final-answer line '#### <answer>' (the system prompt's format), else 0.0."""
+    return [float(bool(_FORMAT_RE.search(completion_text(c)))) for c in completions]
+
+
+@register_reward("smoke_length")
+def smoke_length(prompts, completions, **kwargs) -> list[float]:
+    """Test-only shaping: min(characters, 64) / 64. A random tiny model never solves a problem, so smoke
+    tests need a reward that varies within a group (non-zero advantages) to move the parameters."""
+    return [min(len(completion_text(c)), 64) / 64 for c in completions]

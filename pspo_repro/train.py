@@ -1,0 +1,396 @@
+"""Hydra entry point: ``python -m pspo_repro.train [model=..] [method=..] [experiment=..] [key=value ..]``.
+
+Order of work, so that bad input costs nothing: check group names on the command line (one-line error,
+exit 2), compose, validate the method's hyperparameters, rewards, dataset and trainer settings, load the
+data, and only then create the run folder and load the model. Torch/TRL are imported after validation.
+A finished run folder is reported and skipped; an unfinished one resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from pspo_repro.run_dir import (
+    identity_config,
+    last_checkpoint,
+    read_run_json,
+    run_folder,
+    tag_from_overrides,
+    truncate_metrics,
+    versions,
+    write_run_json,
+)
+
+log = logging.getLogger("pspo_repro.train")
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# Config groups a user picks by name on the command line (group=choice).
+CHOICE_GROUPS = (
+    "model",
+    "method",
+    "reward",
+    "data",
+    "trainer",
+    "logger",
+    "paths",
+    "experiment",
+    "hparams_search",
+)
+
+
+class UsageError(ValueError):
+    """Bad user input: reported as one line ``error: ...`` with exit status 2, no traceback."""
+
+
+# ---------------------------------------------------------------- validation (no torch)
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """Unknown ``group=choice`` on the command line -> UsageError listing the options (Hydra's own error is
+    a multi-line 'Could not find' report)."""
+    for arg in argv:
+        if "=" not in arg or arg.startswith("-"):
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+")
+        if key not in CHOICE_GROUPS or value in ("null", "") or "(" in value:
+            continue  # sweep functions like choice(...)/range(...) are left to Hydra
+        options = group_options(key)
+        for choice in value.split(","):
+            if choice not in options:
+                raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
+
+
+def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
+    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line."""
+    table = cfg.get("per_method")
+    if not table or cfg.method.name not in table:
+        return
+    given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
+    entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
+    for group, values in entry.items():
+        for key, value in values.items():
+            if f"{group}.{key}" not in given:
+                OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
+
+
+def validate(cfg: DictConfig):
+    """Check everything that can be checked without a model; returns the parsed method config."""
+    from pspo_repro.methods import list_methods, parse_method_config
+    from pspo_repro.rewards import get_reward
+
+    if cfg.method.get("name") not in list_methods():
+        raise UsageError(f"unknown method {cfg.method.get('name')!r}; options: {', '.join(list_methods())}")
+    method_cfg = OmegaConf.to_container(cfg.method, resolve=True)
+    try:
+        method = parse_method_config(method_cfg)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    funcs = list(cfg.reward.funcs)
+    if not funcs:
+        raise UsageError("reward.funcs is empty")
+    for name in funcs:
+        try:
+            get_reward(name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    weights = cfg.reward.get("weights")
+    if weights is not None and len(weights) != len(funcs):
+        raise UsageError(f"reward.weights has {len(weights)} entries for {len(funcs)} reward.funcs")
+    from pspo_repro import data
+
+    try:
+        data.get_spec(cfg.data.name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    t = cfg.trainer
+    G = t.num_generations
+    if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % G:
+        raise UsageError(
+            f"per_device_train_batch_size x gradient_accumulation_steps must be divisible by num_generations={G}"
+        )
+    if t.eval_steps:
+        if t.save_steps % t.eval_steps:
+            raise UsageError(
+                f"trainer.save_steps={t.save_steps} must be a multiple of trainer.eval_steps={t.eval_steps}"
+            )
+    # Resume regenerates the buffered rollout; it is exact only at a generation boundary.
+    spg = t.steps_per_generation or t.gradient_accumulation_steps
+    cycle = spg * method.num_iterations / t.gradient_accumulation_steps
+    for key in ("save_steps", "stop_after_step"):
+        v = t.get(key)
+        if v and cycle >= 1 and v % cycle:
+            raise UsageError(
+                f"trainer.{key}={v} must be a multiple of {cycle:g} (one rollout reused num_iterations times)"
+            )
+    if t.token_budget is None and (t.max_steps is None or t.max_steps <= 0) and not t.num_train_epochs:
+        raise UsageError("set trainer.token_budget, trainer.max_steps or trainer.num_train_epochs")
+    return method
+
+
+def load_data(cfg: DictConfig):
+    from pspo_repro import data
+
+    try:
+        train, val = data.load_train_val(
+            cfg.data.name, cfg.seed, n_train=cfg.data.n_train, n_val=cfg.data.get("n_val")
+        )
+    except ValueError as exc:  # DataError: names the file tried and PSPO_DATA_DIR
+        raise UsageError(str(exc)) from None
+    limit = cfg.trainer.get("eval_limit")
+    return train, (val[:limit] if limit else val)
+
+
+def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None):
+    """TRL's conversational format: ``prompt`` = chat messages; gold columns go to the reward functions."""
+    from datasets import Dataset
+
+    from pspo_repro.prompts import build_messages
+
+    rows, dropped = [], 0
+    for p in problems:
+        messages = build_messages(p.question, template)
+        if max_prompt_length:
+            n = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+            if n > max_prompt_length:
+                dropped += 1
+                continue
+        rows.append({"prompt": messages, "answer": p.answer, "answer_kind": p.answer_kind, "id": p.id})
+    if dropped:
+        log.warning("dropped %d prompts longer than %d tokens", dropped, max_prompt_length)
+    return Dataset.from_list(rows)
+
+
+# ---------------------------------------------------------------- training
+
+
+def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
+    from trl import GRPOConfig
+
+    t = cfg.trainer
+    bf16 = use_cuda if t.bf16 == "auto" else bool(t.bf16)
+    do_eval = bool(t.eval_steps)
+    report_to = ["wandb"] if cfg.logger.name == "wandb" else []
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(folder),
+        run_name=str(folder.relative_to(folder.parents[2])),
+        seed=cfg.seed,
+        learning_rate=t.learning_rate,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_generations=t.num_generations,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        beta=t.beta,
+        scale_rewards=t.scale_rewards,
+        mask_truncated_completions=t.mask_truncated_completions,
+        num_iterations=method.num_iterations,
+        loss_type="dapo",  # unused by MethodGRPOTrainer's loss; TRL only reads it for init checks
+        reward_weights=list(cfg.reward.weights) if cfg.reward.get("weights") is not None else None,
+        warmup_steps=t.warmup_steps,
+        lr_scheduler_type=t.lr_scheduler_type,
+        optim=t.optim,
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+        bf16=bf16,
+        use_cpu=not use_cuda,
+        gradient_checkpointing=t.gradient_checkpointing,
+        max_steps=t.max_steps if t.max_steps and t.max_steps > 0 else -1,
+        num_train_epochs=t.num_train_epochs,
+        eval_strategy="steps" if do_eval else "no",
+        eval_steps=t.eval_steps if do_eval else None,
+        per_device_eval_batch_size=t.per_device_eval_batch_size or t.per_device_train_batch_size,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        load_best_model_at_end=do_eval,
+        metric_for_best_model="eval_reward" if do_eval else None,
+        greater_is_better=True if do_eval else None,
+        logging_steps=t.logging_steps,
+        report_to=report_to,
+        disable_tqdm=t.disable_tqdm,
+        log_completions=t.log_completions,
+        use_vllm=t.use_vllm,
+        vllm_mode=t.vllm_mode,
+        vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization,
+        vllm_importance_sampling_correction=t.vllm_importance_sampling_correction,
+    )
+    if t.get("steps_per_generation"):
+        kwargs["steps_per_generation"] = t.steps_per_generation
+    if t.get("num_generations_eval"):
+        kwargs["num_generations_eval"] = t.num_generations_eval
+    return GRPOConfig(**kwargs)
+
+
+def _setup_logger(cfg: DictConfig, folder: Path) -> None:
+    if cfg.logger.name != "wandb":
+        return
+    os.environ.setdefault("WANDB_MODE", cfg.logger.mode or "offline")
+    os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
+    if cfg.logger.get("entity"):
+        os.environ.setdefault("WANDB_ENTITY", cfg.logger.entity)
+    os.environ["WANDB_DIR"] = str(folder)
+
+
+def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
+    """Train one run described by a composed config; returns its folder (None for a dry run)."""
+    if overrides is None:
+        overrides = _hydra_overrides()
+    apply_per_method(cfg, overrides)
+    method = validate(cfg)
+    train_rows, val_rows = load_data(cfg)
+    tag = tag_from_overrides(cfg, overrides)
+    folder = run_folder(cfg, tag)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved.pop("per_method", None)
+    resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
+    identity = identity_config(resolved)
+
+    previous = read_run_json(folder)
+    if previous is not None:
+        if previous.get("identity") != identity:
+            raise UsageError(
+                f"{folder} holds a run with a different configuration; set run_tag=... or remove the folder"
+            )
+        if previous.get("status") == "finished":
+            print(
+                f"finished already: {folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
+            )
+            return folder
+    if cfg.get("dry_run"):
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+        print(f"run folder: {folder}")
+        return None
+
+    import torch
+    import trl
+
+    from pspo_repro.callbacks import MetricsJsonlCallback, StopAfterStepCallback, TokenBudgetCallback
+    from pspo_repro.models import load_model, load_tokenizer
+    from pspo_repro.rewards import get_reward
+    from pspo_repro.trainer import MethodGRPOTrainer
+
+    use_cuda = torch.cuda.is_available()
+    tokenizer = load_tokenizer(cfg.model)
+    t = cfg.trainer
+    train_ds = to_dataset(train_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
+    eval_ds = (
+        to_dataset(val_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
+        if t.eval_steps
+        else None
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    resume = last_checkpoint(folder)
+    step0 = int(resume.name.split("-")[1]) if resume else 0
+    truncate_metrics(folder / "metrics.jsonl", step0)
+    record = {
+        "schema_version": 1,
+        "model": cfg.model.name,
+        "method": cfg.method.name,
+        "seed": cfg.seed,
+        "tag": tag,
+        "run_dir": str(folder),
+        "status": "running",
+        "overrides": list(overrides),
+        "identity": identity,
+        "config": resolved,
+        "git_sha": _git_sha(),
+        "versions": versions(),
+        "resumed_from": str(resume) if resume else None,
+        "started_at": (previous or {}).get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "best_checkpoint": None,
+        "final_step": step0,
+        "num_tokens": None,
+    }
+    write_run_json(folder, record)
+    _setup_logger(cfg, folder)
+
+    model = load_model(cfg.model, tokenizer, use_cuda)
+    args = _grpo_config(cfg, folder, method, use_cuda)
+    callbacks: list[Any] = [MetricsJsonlCallback(folder / "metrics.jsonl")]
+    budget = TokenBudgetCallback(t.token_budget, evaluate=bool(t.eval_steps)) if t.token_budget else None
+    stopper = StopAfterStepCallback(t.stop_after_step) if t.get("stop_after_step") else None
+    callbacks += [c for c in (budget, stopper) if c is not None]
+    trainer = MethodGRPOTrainer(
+        model=model,
+        reward_funcs=[get_reward(n) for n in cfg.reward.funcs],
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        method_name=method.name,
+        method_params=method.params,
+        loss_agg=method.loss_agg,
+    )
+    log.info("trl %s, run folder %s, resume from %s", trl.__version__, folder, resume)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    state = trainer.state
+    stopped_early = stopper is not None and stopper.fired
+    best = state.best_model_checkpoint
+    record.update(
+        status="running" if stopped_early else "finished",
+        final_step=state.global_step,
+        num_tokens=int(state.num_input_tokens_seen),
+        best_checkpoint=str(Path(best).relative_to(folder)) if best else None,
+        best_metric=state.best_metric,
+        stop_reason="stop_after_step"
+        if stopped_early
+        else ("token_budget" if budget and budget.reached else "max_steps"),
+    )
+    write_run_json(folder, record)
+    print(
+        f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
+    )
+    return folder
+
+
+def _git_sha():
+    from pspo_repro.run_dir import git_sha
+
+    return git_sha()
+
+
+def _hydra_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except (ImportError, ValueError):
+        return []
+
+
+def _task(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main() -> None:
+    try:
+        check_group_choices(sys.argv[1:])
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    import hydra
+
+    hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(_task)()
+
+
+if __name__ == "__main__":
+    main()

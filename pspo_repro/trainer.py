@@ -1,0 +1,243 @@
+"""GRPOTrainer with a pluggable trust-region method: the only module that touches TRL internals.
+
+Mirrors TRL 1.16.0's ``GRPOTrainer._compute_loss`` (trl/trainer/grpo_trainer.py); ``tests/test_train_trainer``
+asserts ``trl.__version__ == "1.16.0"``, so a TRL upgrade fails loudly until this file is re-checked.
+
+TRL inlines its loss formula and aggregation in ``_compute_loss`` (there is no narrower hook), so we
+override that method and keep, in TRL's order, everything it does around the formula: current log-probs
+and entropies, ``old = logps.detach()`` when no old log-probs were stored, the off-policy sequence mask,
+the entropy mask, vLLM's importance-sampling correction, ``+ beta * KL`` when ``beta != 0``, and the
+logged metrics. The formula is ``get_method(name)`` and the reduction ``aggregate(..., loss_agg)``.
+Generation, rewards, advantages, batching, vLLM and accelerate/DeepSpeed stay TRL's.
+
+Top-K DPPO: TRL's generate path does not return scores, so the sampling policy's top-K log-probs are
+recomputed at rollout time from a no-grad forward of the policy that just sampled (after TRL computes
+its old log-probs), at the sampling temperature; if the sampled token is not among the K ids it replaces
+the K-th. The training forward then evaluates the current policy on those ids. With vLLM the same
+recomputation is used (vLLM's ``logprobs=K`` is not wired through TRL's generation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from pspo_repro.methods import aggregate, get_method, method_extra_inputs
+
+MIRRORS_TRL = "1.16.0"
+
+# Multimodal keys TRL's forward accepts; passed through unchanged (text-only here, kept for fidelity).
+_MM_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+class MethodGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose loss is a registered method (``pspo_repro.methods``) plus a chosen aggregation.
+
+    ``method_params`` must already be validated (``validate_params``); TRL's ``loss_type`` is ignored.
+    """
+
+    def __init__(self, *args: Any, method_name: str, method_params: dict, loss_agg: str, **kwargs: Any):
+        grpo_args = kwargs.get("args")
+        if grpo_args is not None:
+            if grpo_args.entropy_coef != 0.0 or grpo_args.use_adaptive_entropy:
+                raise ValueError(
+                    "the entropy bonus (entropy_coef/use_adaptive_entropy) is not supported here"
+                )
+            if grpo_args.importance_sampling_level != "token":
+                raise ValueError("importance_sampling_level='sequence' is method=gspo here; keep it 'token'")
+        super().__init__(*args, **kwargs)
+        self.method_name = method_name
+        self._method = get_method(method_name)
+        self._method_params = dict(method_params)
+        self.loss_agg = loss_agg
+        needs = method_extra_inputs(method_name)
+        self._topk = int(self._method_params["topk"]) if "topk_logps" in needs else None
+
+    # ------------------------------------------------------------------ rollout (top-K DPPO only)
+
+    def _full_logps(self, model, input_ids, attention_mask, logits_to_keep: int) -> torch.Tensor:
+        """[B, T, V] log-softmax of the completion logits at the sampling temperature (as TRL's fused head)."""
+        with self.accelerator.autocast():
+            out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1)
+        logits = out.logits[:, :-1, :].float() / self.temperature
+        return logits.log_softmax(-1)
+
+    @torch.no_grad()
+    def _rollout_topk(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        T = batch["completion_ids"].size(1)
+        chunk = (
+            self.args.per_device_train_batch_size
+            if self.model.training
+            else self.args.per_device_eval_batch_size
+        )
+        ids_out, logps_out, sampled_out = [], [], []
+        for s in range(0, input_ids.size(0), chunk):
+            logps = self._full_logps(self.model, input_ids[s : s + chunk], attention_mask[s : s + chunk], T)
+            sampled = batch["completion_ids"][s : s + chunk]
+            ids = logps.topk(self._topk, dim=-1).indices
+            in_top = (ids == sampled.unsqueeze(-1)).any(-1)
+            ids[..., -1] = torch.where(in_top, ids[..., -1], sampled)
+            ids_out.append(ids)
+            logps_out.append(logps.gather(-1, ids))
+            sampled_out.append(logps.gather(-1, sampled.unsqueeze(-1)).squeeze(-1))
+        out = {"topk_ids": torch.cat(ids_out), "topk_old_logps": torch.cat(logps_out)}
+        if "old_per_token_logps" in batch:  # mu from the same (full-logits) computation as its top-K
+            out["old_per_token_logps"] = torch.cat(sampled_out)
+        return out
+
+    def _generate_and_score_completions(self, inputs):
+        batch = super()._generate_and_score_completions(inputs)
+        if self._topk is not None:
+            batch.update(self._rollout_topk(batch))
+        return batch
+
+    # ------------------------------------------------------------------ loss
+
+    def _logps_entropies_topk(self, model, input_ids, attention_mask, logits_to_keep, topk_ids):
+        """Current log-probs, entropies and log-probs on the rollout's top-K ids, from one forward pass."""
+        completion_ids = input_ids[:, -logits_to_keep:]
+        chunk = (
+            self.args.per_device_train_batch_size
+            if self.model.training
+            else self.args.per_device_eval_batch_size
+        )
+        logps, ents, topk = [], [], []
+        for s in range(0, input_ids.size(0), chunk):
+            full = self._full_logps(
+                model, input_ids[s : s + chunk], attention_mask[s : s + chunk], logits_to_keep
+            )
+            logps.append(full.gather(-1, completion_ids[s : s + chunk].unsqueeze(-1)).squeeze(-1))
+            with torch.no_grad():  # entropy is a metric/mask only; the DPPO mask needs no gradient
+                ents.append(-(full.exp() * full).sum(-1))
+                topk.append(full.gather(-1, topk_ids[s : s + chunk]))
+        return torch.cat(logps), torch.cat(ents), torch.cat(topk)
+
+    def _compute_loss(self, model, inputs):
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+
+        extra: dict[str, torch.Tensor] = {}
+        aux_loss = None
+        if self._topk is None:
+            logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                compute_entropy=True,
+                compute_aux_loss=self.aux_loss_enabled,
+                **{k: inputs.get(k) for k in _MM_KEYS},
+            )
+        else:
+            logps, entropies, extra["topk_logps"] = self._logps_entropies_topk(
+                model, input_ids, attention_mask, logits_to_keep, inputs["topk_ids"]
+            )
+            extra["topk_old_logps"] = inputs["topk_old_logps"]
+
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:
+            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        # TRL stores no old log-probs when the batch is used once on-policy: then old == current (r == 1).
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = logps.detach() if old_logps is None else old_logps
+
+        if self.off_policy_mask_threshold is not None:
+            off_policy_mask = self.get_off_policy_mask(
+                advantages=advantages,
+                per_token_logps=logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_logps),
+                mask=mask,
+                off_policy_threshold=self.off_policy_mask_threshold,
+            )
+
+        out = self._method(logps, old_logps, advantages, mask, **extra, **self._method_params)
+        per_token_loss = out.per_token_loss
+
+        if self.beta != 0.0:
+            ref = inputs["ref_per_token_logps"]
+            per_token_kl = torch.exp(ref - logps) - (ref - logps) - 1  # K3 estimator, as TRL
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * torch.exp(logps - old_logps)
+
+        if self.off_policy_mask_threshold is not None:
+            per_token_loss = per_token_loss * off_policy_mask
+        if entropy_mask is not None:
+            per_token_loss = per_token_loss * entropy_mask
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+
+        mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        num_items = None
+        # TRL's dapo normaliser: the generation batch's tokens, rescaled to one accumulation window
+        if self.loss_agg == "dapo":
+            num_items = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                num_items = (
+                    num_items * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+                )
+        loss = aggregate(
+            per_token_loss,
+            mask,
+            self.loss_agg,
+            num_items=num_items,
+            max_completion_length=self.max_completion_length,
+            accumulation_steps=accumulation,
+        )
+        if aux_loss is not None:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
+            self._metrics[mode]["aux_loss"].append(
+                self.accelerator.gather_for_metrics(aux_loss).mean().item()
+            )
+
+        self._log_loss_metrics(mode, mask, entropies, per_token_kl if self.beta != 0.0 else None, out.metrics)
+        return loss
+
+    @torch.no_grad()
+    def _log_loss_metrics(self, mode, mask, entropies, per_token_kl, method_metrics) -> None:
+        """Entropy (and KL) as TRL logs them, plus the method's metrics under ``method/``: one gather, one sync."""
+        m = mask.float()
+        sums = [(entropies * m).sum(), m.sum()]
+        if per_token_kl is not None:
+            sums.append((per_token_kl * m).sum())
+        totals = self.accelerator.reduce(torch.stack(sums).float(), reduction="sum")
+        names = list(method_metrics)
+        values = (
+            self.accelerator.gather(torch.stack([method_metrics[k].float() for k in names]).unsqueeze(0))
+            .mean(0)
+            .tolist()
+            if names
+            else []
+        )
+        totals = totals.tolist()
+        denom = max(totals[1], 1.0)
+        self._metrics[mode]["entropy"].append(totals[0] / denom)
+        if per_token_kl is not None:
+            self._metrics[mode]["kl"].append(totals[2] / denom)
+        for k, v in zip(names, values, strict=True):
+            self._metrics[mode][f"method/{k}"].append(v)
