@@ -213,3 +213,22 @@ def test_sweep_rerun_and_resume_give_identical_files(results_root, tmp_path, mon
     monkeypatch.setattr(ev, "AFTER_CHUNK_HOOK", None)
     ev.evaluate(_cfg(*SWEEP))
     assert _files(other) == reference
+
+
+@pytest.mark.slow
+def test_run_folder_identity_and_checkpoint(results_root, tiny_model_dir):
+    import shutil
+
+    run = _write_run(results_root, best="checkpoint-10")
+    shutil.copytree(tiny_model_dir, run / "checkpoint-10")
+    (result,) = ev.evaluate(
+        _cfg(f"run={run}", "eval.limit=2", "temperatures=[0.0]", "max_new_tokens=4", "backend=hf")
+    )
+    assert (result["model"], result["method"], result["seed"], result["tag"]) == ("tiny", "pspo", 0, "")
+    assert result["checkpoint"] == str((run / "checkpoint-10").resolve()) and result["run_dir"] == str(run)
+    assert (results_root / "eval" / "tiny" / "pspo" / "seed0" / "gsm8k" / "T0.0.json").is_file()
+    # Other settings for a finished cell: refused, not silently mixed.
+    with pytest.raises(ev.EvalError, match="exists with different settings"):
+        ev.evaluate(
+            _cfg(f"run={run}", "eval.limit=2", "temperatures=[0.0]", "max_new_tokens=5", "backend=hf")
+        )
