@@ -46,13 +46,22 @@ class Masked:
         self.count = self.bool.sum().to(torch.float32)
         self._denom = self.count.clamp(min=1.0)
         self._nonempty = self.count > 0
+        self._mask_f32: torch.Tensor | None = None
 
     def select(self, loss: torch.Tensor) -> torch.Tensor:
         """The per-token loss with masked positions set to exactly zero (broadcasts [B, 1] to [B, T])."""
         return torch.where(self.bool, loss, 0.0)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape == self.bool.shape and x.dtype == torch.float32:
+            # one fused pass, no temporary (metrics must stay cheap next to the loss itself)
+            return torch.dot(x.reshape(-1), self._float().reshape(-1)) / self._denom
         return torch.where(self.bool, x, 0.0).sum(dtype=torch.float32) / self._denom
+
+    def _float(self) -> torch.Tensor:
+        if self._mask_f32 is None:
+            self._mask_f32 = self.bool.to(torch.float32)
+        return self._mask_f32
 
     def frac(self, flag: torch.Tensor) -> torch.Tensor:
         """Fraction of unmasked tokens where ``flag`` holds."""
@@ -71,9 +80,9 @@ class Masked:
         return {f"{prefix}_mean": self.mean(x), f"{prefix}_min": self.min(x), f"{prefix}_max": self.max(x)}
 
 
-def saturated(raw_log_ratio: torch.Tensor) -> torch.Tensor:
-    """Tokens whose log-ratio hit the clamp: the clamp's gradient, hence the token's, is zero there."""
-    return raw_log_ratio.abs() > LOG_RATIO_CLAMP
+def saturated(clamped: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    """Tokens whose log-ratio hit the clamp (its value changed): the clamp's gradient is zero there."""
+    return clamped.detach() != raw
 
 
 def zero_grad_frac(m: Masked, zero: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ def cispo(
         lr, _ = log_ratio(logp, old_logp)
         ratio = torch.exp(lr)
         weight = ratio.clamp(max=eps_high)
-    loss = -(weight * adv) * logp
+    loss = (weight * -adv) * logp
     m = Masked(mask)
     with torch.no_grad():
         metrics = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from pspo_repro.methods.base import (
@@ -13,6 +15,24 @@ from pspo_repro.methods.base import (
     zero_grad_frac,
 )
 from pspo_repro.methods.registry import register_method
+
+
+def ppo_clip_bounds(
+    adv: torch.Tensor, eps_low: float, eps_high: float, delta: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row (or per-token) bounds ``(lo, hi)`` such that ``-A clamp(r, lo, hi)`` is the PPO loss.
+
+    ``min(r A, clip(r, 1-eps_low, 1+eps_high) A)`` equals ``A min(r, 1+eps_high)`` for A > 0 and
+    ``A max(r, 1-eps_low)`` for A < 0; a dual clip at ``delta`` caps the first at ``min(1+eps_high, delta)``
+    and the second at ``max(1+eps_high, delta)``. One clamp with broadcast bounds replaces TRL's
+    clamp + two products + min (same values and gradients, ~2x cheaper), and the bounds say exactly where
+    the gradient is zero.
+    """
+    upper = 1.0 + eps_high
+    pos_hi, neg_hi = (upper, math.inf) if delta is None else (min(upper, delta), max(upper, delta))
+    lo = torch.where(adv < 0, 1.0 - eps_low, -math.inf)
+    hi = torch.where(adv > 0, pos_hi, torch.where(adv < 0, neg_hi, math.inf))
+    return lo, hi
 
 
 @register_method("clip")
@@ -31,27 +51,22 @@ def clip(
     adv = token_advantages(advantages)
     lr, raw = log_ratio(logp, old_logp)
     ratio = torch.exp(lr)
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    unclipped = ratio if delta is None else ratio.clamp(max=delta)
-    loss = -torch.minimum(unclipped * adv, clipped * adv)
+    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, delta)
+    lo, hi = lo.to(ratio.dtype), hi.to(ratio.dtype)
+    loss = -adv * ratio.clamp(lo, hi)
 
     m = Masked(mask)
     with torch.no_grad():
         r = ratio.detach()
-        low = (r < 1.0 - eps_low) & (adv < 0)  # TRL's clip_ratio/low: clipped branch selected, A < 0
+        low = r < lo  # == TRL's clip_ratio/low: r < 1 - eps_low and A < 0
         high = (r > 1.0 + eps_high) & (adv > 0)  # TRL's clip_ratio/high
-        region = low | high
-        zero = region | saturated(raw)
-        if delta is not None:
-            # The capped branch delta*A is constant: it wins for A > 0 once r > delta, and for A < 0 once
-            # r > max(delta, 1 + eps_high) (below that the clipped branch still follows r).
-            capped = ((adv > 0) & (r > delta)) | ((adv < 0) & (r > max(delta, 1.0 + eps_high)))
-            zero = zero | capped
+        low_frac, high_frac = m.frac(low), m.frac(high)
+        zero = low | (r > hi) | saturated(lr, raw)
         metrics = {
             **m.stats("ratio", r),
-            "clip_frac": m.frac(region),
-            "clip_low_frac": m.frac(low),
-            "clip_high_frac": m.frac(high),
+            "clip_frac": low_frac + high_frac,  # disjoint (different advantage signs): TRL's region_mean
+            "clip_low_frac": low_frac,
+            "clip_high_frac": high_frac,
             "zero_grad_frac": zero_grad_frac(m, zero, adv),
         }
     return MethodOutput(m.select(loss), metrics)

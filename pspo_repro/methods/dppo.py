@@ -17,16 +17,11 @@ import math
 
 import torch
 
-from pspo_repro.methods.base import Masked, MethodOutput, log_ratio, token_advantages, zero_grad_frac
+from pspo_repro.methods.base import Masked, MethodOutput, log_ratio, token_advantages
 from pspo_repro.methods.registry import register_method
 
 _MIN_MASS = 1e-12
 _MIN_LOG_MASS = math.log(_MIN_MASS)
-
-
-def _log1m_exp(logx: torch.Tensor) -> torch.Tensor:
-    """log(1 - exp(logx)), with 1 - x clamped at 1e-12 (expm1 keeps precision for x near 1)."""
-    return torch.log((-torch.expm1(logx)).clamp(min=_MIN_MASS))
 
 
 def binary_tv(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -35,51 +30,59 @@ def binary_tv(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
 
 def binary_kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
-    """KL(Bernoulli(q) || Bernoulli(p)) = q log(q/p) + (1-q) log((1-q)/(1-p))."""
-    logp, logq = logp.clamp(min=_MIN_LOG_MASS), logq.clamp(min=_MIN_LOG_MASS)
-    return logq.exp() * (logq - logp) + (-torch.expm1(logq)) * (_log1m_exp(logq) - _log1m_exp(logp))
+    """KL(Bernoulli(q) || Bernoulli(p)) = q log(q/p) + (1-q) log((1-q)/(1-p)).
+
+    1 - x is ``-expm1(log x)`` (exact near x = 1) clamped at 1e-12; in-place ops on fresh temporaries keep
+    this no-grad helper cheap.
+    """
+    lp, lq = logp.clamp(min=_MIN_LOG_MASS), logq.clamp(min=_MIN_LOG_MASS)
+    one_m_q = torch.expm1(lq).neg_()
+    log_one_m_p = torch.expm1(lp).neg_().clamp_(min=_MIN_MASS).log_()
+    out = one_m_q.clamp(min=_MIN_MASS).log_().sub_(log_one_m_p).mul_(one_m_q)
+    return out.addcmul_(lq.exp(), lq.sub_(lp))
 
 
-def _rest(logps: torch.Tensor) -> torch.Tensor:
-    return (1.0 - logps.exp().sum(-1)).clamp(min=_MIN_MASS)
+def _rest(mass: torch.Tensor) -> torch.Tensor:
+    """Probability left outside the K ids (clamped: the K masses may round to a sum >= 1)."""
+    return (1.0 - mass.sum(-1)).clamp(min=_MIN_MASS)
 
 
 def topk_tv(topk_logps: torch.Tensor, topk_old_logps: torch.Tensor) -> torch.Tensor:
     """TV over mu's top-K ids plus the rest bucket: (sum_k |p_k - q_k| + |p_rest - q_rest|) / 2."""
-    p, q = topk_logps.exp(), topk_old_logps.exp()
-    rest = (_rest(topk_logps) - _rest(topk_old_logps)).abs()
-    return ((p - q).abs().sum(-1) + rest) / 2
+    p, q = topk_logps.exp(), topk_old_logps.exp()  # each exp computed once: [B, T, K] passes dominate
+    return ((p - q).abs().sum(-1) + (_rest(p) - _rest(q)).abs()) / 2
 
 
 def topk_kl(topk_logps: torch.Tensor, topk_old_logps: torch.Tensor) -> torch.Tensor:
     """KL(mu || pi_theta) over mu's top-K ids plus the rest bucket."""
     lp, lq = topk_logps.clamp(min=_MIN_LOG_MASS), topk_old_logps.clamp(min=_MIN_LOG_MASS)
-    p_rest, q_rest = _rest(lp), _rest(lq)
-    return (lq.exp() * (lq - lp)).sum(-1) + q_rest * (q_rest.log() - p_rest.log())
+    q = lq.exp()
+    p_rest, q_rest = _rest(lp.exp()), _rest(q)
+    return (q * (lq - lp)).sum(-1) + q_rest * (q_rest.log() - p_rest.log())
 
 
 def _dppo(logp, old_logp, advantages, mask, divergence, delta_low, delta_high, ratio_cap) -> MethodOutput:
     adv = token_advantages(advantages)
     m = Masked(mask)
     with torch.no_grad():
-        lr, _ = log_ratio(logp, old_logp)
+        lr, _ = log_ratio(logp.detach(), old_logp)
         ratio = torch.exp(lr)
-        up = logp.detach() > old_logp
-        pos = (adv > 0) & (divergence > delta_high) & up
-        neg = (adv < 0) & (divergence > delta_low) & (logp.detach() < old_logp)
-        invalid = pos | neg
-        weight = torch.where(invalid, 0.0, ratio.clamp(max=ratio_cap))
+        pos = (divergence > delta_high) & (lr > 0) & (adv > 0)  # lr > 0 <=> p > q
+        neg = (divergence > delta_low) & (lr < 0) & (adv < 0)
+        weight = ratio.clamp(max=ratio_cap).masked_fill_(pos | neg, 0.0)
+        pos_frac, neg_frac = m.frac(pos), m.frac(neg)
         metrics = {
             **m.stats("ratio", ratio),
-            "mask_frac": m.frac(invalid),
-            "mask_pos_frac": m.frac(pos),
-            "mask_neg_frac": m.frac(neg),
+            "mask_frac": pos_frac + neg_frac,  # disjoint: opposite advantage signs
+            "mask_pos_frac": pos_frac,
+            "mask_neg_frac": neg_frac,
             "divergence_mean": m.mean(divergence),
             "divergence_max": m.max(divergence),
             "ratio_capped_frac": m.frac(ratio > ratio_cap),
-            "zero_grad_frac": zero_grad_frac(m, invalid, adv),
+            # the weight is detached, so a token's gradient is zero exactly when it is masked out
+            "zero_grad_frac": pos_frac + neg_frac,
         }
-    loss = -(weight * adv) * logp
+    loss = (weight * -adv) * logp
     return MethodOutput(m.select(loss), metrics)
 
 

@@ -12,6 +12,7 @@ from pspo_repro.methods.base import (
     token_advantages,
     zero_grad_frac,
 )
+from pspo_repro.methods.clip import ppo_clip_bounds
 from pspo_repro.methods.registry import register_method
 
 
@@ -35,13 +36,15 @@ def gspo(
     maskf = mask.to(lr.dtype)
     seq_lr = (lr * maskf).sum(-1, keepdim=True) / maskf.sum(-1, keepdim=True).clamp(min=1.0)
     s = torch.exp(seq_lr)  # [B, 1]
-    loss = -torch.minimum(s * adv, s.clamp(1.0 - eps_low, 1.0 + eps_high) * adv)
+    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, None)
+    lo, hi = lo.to(s.dtype), hi.to(s.dtype)
+    loss = -adv * s.clamp(lo, hi)
     m = Masked(mask)
     with torch.no_grad():
         sd = s.detach()
-        region = ((sd < 1.0 - eps_low) & (adv < 0)) | ((sd > 1.0 + eps_high) & (adv > 0))
+        region = (sd < lo) | (sd > hi)
         # the clamp of one token removes that token's contribution; the sequence's others still flow
-        zero = region | saturated(raw)
+        zero = region | saturated(lr, raw)
         seq = Masked(mask.sum(-1) > 0)  # sequences with at least one token
         metrics = {
             **seq.stats("seq_ratio", sd.squeeze(-1)),

@@ -28,6 +28,6 @@ def noclip(
     with torch.no_grad():
         metrics = {
             **m.stats("ratio", ratio.detach()),
-            "zero_grad_frac": zero_grad_frac(m, saturated(raw), adv),
+            "zero_grad_frac": zero_grad_frac(m, saturated(lr, raw), adv),
         }
     return MethodOutput(m.select(loss), metrics)

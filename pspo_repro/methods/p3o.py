@@ -42,9 +42,9 @@ def p3o(
         loss = loss + kl_coef * kl
     m = Masked(mask)
     with torch.no_grad():
-        metrics = {**m.stats("ratio", ratio.detach()), **gate_metrics(m, s.detach(), raw, adv)}
+        metrics = {**m.stats("ratio", ratio.detach()), **gate_metrics(m, s.detach(), saturated(lr, raw), adv)}
         if kl is not None:
             metrics["kl_mean"] = m.mean(kl.detach())
             # the KL term keeps a gradient where the gate saturates; only the clamp still zeroes it
-            metrics["zero_grad_frac"] = zero_grad_frac(m, saturated(raw), adv)
+            metrics["zero_grad_frac"] = zero_grad_frac(m, saturated(lr, raw), adv)
     return MethodOutput(m.select(loss), metrics)

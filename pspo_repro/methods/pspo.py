@@ -42,7 +42,7 @@ def pspo(
     m = Masked(mask)
     with torch.no_grad():
         stats = m.stats("ratio", ratio.detach())
-        zero = saturated(raw) if alpha < 1.0 else torch.ones_like(raw, dtype=torch.bool)
+        zero = saturated(lr, raw) if alpha < 1.0 else torch.ones_like(raw, dtype=torch.bool)
         metrics = {
             **stats,
             # r~ is affine and increasing in r, so its stats follow from r's without another pass

@@ -25,14 +25,14 @@ def soft_gate(ratio: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Ten
     return s * (4.0 / tau), s
 
 
-def gate_metrics(m: Masked, s: torch.Tensor, raw: torch.Tensor, adv: torch.Tensor) -> dict[str, torch.Tensor]:
+def gate_metrics(m: Masked, s: torch.Tensor, sat: torch.Tensor, adv: torch.Tensor) -> dict[str, torch.Tensor]:
     """Gate weight ``4 s (1 - s)`` (the gradient scale relative to noclip) and the exact-zero fraction."""
     gate = 4.0 * s * (1.0 - s)
     return {
         "gate_mean": m.mean(gate),
         "gate_min": m.min(gate),
         # sigmoid's backward is s (1 - s): exactly zero once s saturates to 0 or 1 in floating point
-        "zero_grad_frac": zero_grad_frac(m, (gate == 0) | saturated(raw), adv),
+        "zero_grad_frac": zero_grad_frac(m, (gate == 0) | sat, adv),
     }
 
 
@@ -55,5 +55,5 @@ def sapo(
     loss = -soft * adv
     m = Masked(mask)
     with torch.no_grad():
-        metrics = {**m.stats("ratio", ratio.detach()), **gate_metrics(m, s.detach(), raw, adv)}
+        metrics = {**m.stats("ratio", ratio.detach()), **gate_metrics(m, s.detach(), saturated(lr, raw), adv)}
     return MethodOutput(m.select(loss), metrics)

@@ -22,7 +22,7 @@ def topr(
         lr, _ = log_ratio(logp, old_logp)
         ratio = torch.exp(lr)
         weight = torch.where(adv >= 0, 1.0, ratio.clamp(max=1.0))
-    loss = -(weight * adv) * logp
+    loss = (weight * -adv) * logp
     m = Masked(mask)
     with torch.no_grad():
         metrics = {
