@@ -88,7 +88,8 @@ SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$SOCK
+# cred_expire is also how long a requeued job must wait before it may start again (default 120 s).
+AuthInfo=socket=$SOCK,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$D/spool/ctld
 SlurmdSpoolDir=$D/spool/d
@@ -102,6 +103,8 @@ TaskPlugin=task/none
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
+# Test all pending jobs every 2 s (default 60 s), so a requeued job starts soon after it is eligible.
+SchedulerParameters=sched_interval=2,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # Memory limits without cgroups: the accounting poller samples RSS every 2 s and OverMemoryKill kills a
