@@ -1,0 +1,124 @@
+"""Training entry point: bad input fails fast, in one line, before any model loads, writing nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trl
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from pspo_repro import train
+from pspo_repro.train import CONF_DIR, UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_trl_version_is_the_one_the_override_mirrors():
+    from pspo_repro.trainer import MIRRORS_TRL
+
+    assert trl.__version__ == MIRRORS_TRL == "1.16.0"
+
+
+def _compose(overrides):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail the test if anything tries to load a model."""
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    import pspo_repro.models as models
+
+    monkeypatch.setattr(models, "load_model", boom)
+    monkeypatch.setattr(models, "load_tokenizer", boom)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["method.alpha=2.0"], r"method 'pspo': parameter alpha=2.0 is invalid"),
+        (["+method.bogus=1"], r"unknown parameter\(s\) bogus"),
+        (["method.loss_agg=mean"], r"loss_agg='mean' is invalid"),
+        (["reward.funcs=[nope]"], r"unknown reward 'nope'; valid rewards: "),
+        (["data.name=nope"], r"unknown dataset 'nope'; allowed: "),
+        (["trainer.save_steps=3"], r"save_steps=3 must be a multiple"),
+    ],
+)
+def test_invalid_input_fails_before_model(results_root, no_model_load, overrides, message):
+    cfg = _compose(["model=tiny", *overrides])
+    with pytest.raises(UsageError, match=message):
+        train.run(cfg, overrides)
+    assert not results_root.exists()
+
+
+def test_missing_data_names_path_and_env(results_root, no_model_load, tmp_path, monkeypatch):
+    monkeypatch.setenv("PSPO_DATA_DIR", str(tmp_path / "empty"))
+    cfg = _compose(["model=tiny"])
+    with pytest.raises(UsageError) as err:
+        train.run(cfg, [])
+    msg = str(err.value)
+    assert str(tmp_path / "empty" / "gsm8k" / "train.jsonl") in msg and "PSPO_DATA_DIR" in msg
+    assert not results_root.exists()
+
+
+def test_dry_run_writes_nothing(results_root, no_model_load, capsys):
+    assert train.run(_compose(["model=tiny", "dry_run=true"]), []) is None
+    assert "run folder:" in capsys.readouterr().out
+    assert not results_root.exists()
+
+
+def _cli(args, results_root, **env):
+    full_env = {
+        **os.environ,
+        "PSPO_RESULTS_DIR": str(results_root),
+        "PSPO_LOG_DIR": str(results_root.parent / "o"),
+    }
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pspo_repro.train", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["method=nope"], "error: unknown method 'nope'; options: cispo, clip,"),
+        (["model=gpt9"], "error: unknown model 'gpt9'; options: qwen2_math_1p5b, qwen2p5_0p5b"),
+        (["reward=nope"], "error: unknown reward 'nope'; options: "),
+        (["data=nope"], "error: unknown data 'nope'; options: gsm8k, math"),
+        (["model=tiny", "method.alpha=-1"], "error: method 'pspo': parameter alpha=-1 is invalid"),
+    ],
+)
+def test_cli_one_line_error_exit_2(results_root, args, expected):
+    proc = _cli(args, results_root)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(expected), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not results_root.exists()
+
+
+def test_tag_is_stable_and_ignores_infra_keys():
+    from pspo_repro.run_dir import tag_from_overrides
+
+    ov = ["trainer.learning_rate=0.000001", "method.alpha=0.3", "trainer.logging_steps=5", "seed=1"]
+    cfg = _compose(["model=tiny", *ov])
+    assert tag_from_overrides(cfg, ov) == "alpha0.3_learning_rate1e-06"
+    assert tag_from_overrides(
+        _compose(["model=tiny", "trainer.learning_rate=1e-6"]), ["trainer.learning_rate=1e-6"]
+    ) == ("learning_rate1e-06")
+    assert tag_from_overrides(_compose(["model=tiny"]), ["trainer.stop_after_step=2"]) == ""
