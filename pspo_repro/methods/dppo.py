@@ -32,14 +32,16 @@ def binary_tv(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 def binary_kl(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """KL(Bernoulli(q) || Bernoulli(p)) = q log(q/p) + (1-q) log((1-q)/(1-p)).
 
-    1 - x is ``-expm1(log x)`` (exact near x = 1) clamped at 1e-12; in-place ops on fresh temporaries keep
-    this no-grad helper cheap.
+    ``expm1(log x) = -(1 - x)`` is exact near x = 1 and clamped so that 1 - x >= 1e-12; the second term is
+    ``log(expm1(lq) / expm1(lp))`` (two negatives), and q = 1 + expm1(lq) (absolute error < 1e-7). Three
+    transcendental passes instead of five: this runs on every token of every step.
     """
     lp, lq = logp.clamp(min=_MIN_LOG_MASS), logq.clamp(min=_MIN_LOG_MASS)
-    one_m_q = torch.expm1(lq).neg_()
-    log_one_m_p = torch.expm1(lp).neg_().clamp_(min=_MIN_MASS).log_()
-    out = one_m_q.clamp(min=_MIN_MASS).log_().sub_(log_one_m_p).mul_(one_m_q)
-    return out.addcmul_(lq.exp(), lq.sub_(lp))
+    em_q = torch.expm1(lq).clamp_(max=-_MIN_MASS)  # -(1 - q)
+    em_p = torch.expm1(lp).clamp_(max=-_MIN_MASS)  # -(1 - p)
+    log_ratio_rest = em_q.div(em_p).log_()  # log((1 - q) / (1 - p))
+    q = em_q + 1.0
+    return q.mul_(lq.sub_(lp)).addcmul_(em_q, log_ratio_rest, value=-1.0)
 
 
 def _rest(mass: torch.Tensor) -> torch.Tensor:
