@@ -97,3 +97,63 @@ class MetricsJsonlCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self._flush()
+
+
+class CheckpointMarkerCallback(TrainerCallback):
+    """Mark a checkpoint complete once the Trainer has written all of it (``run_dir.COMPLETE_MARKER``).
+
+    Listed after ``MetricsJsonlCallback``, so a marked checkpoint's step is also in metrics.jsonl: a kill
+    anywhere in between leaves an unmarked folder, and the run resumes from the previous one.
+    """
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            from pspo_repro.run_dir import write_checkpoint_marker
+
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if ckpt.is_dir():
+                write_checkpoint_marker(ckpt, state.global_step)
+
+
+class NonFiniteError(RuntimeError):
+    """A non-finite loss or gradient; the message names the step and the last good checkpoint."""
+
+
+class NonFiniteCallback(TrainerCallback):
+    """Check the (clipped) gradients before each optimizer step: a NaN/inf loss makes them non-finite too.
+
+    Default: raise ``NonFiniteError`` (the update is never applied, so the last checkpoint is good).
+    ``skip=True`` (``trainer.skip_nonfinite``): drop the gradients so the optimizer skips the batch, and
+    count it (logged as ``nonfinite_skipped``; run.json records the total and the steps).
+    One device sync per optimizer step.
+    """
+
+    def __init__(self, folder: Path, skip: bool):
+        self.folder = Path(folder)
+        self.skip = skip
+        self.skipped_steps: list[int] = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        import torch
+
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        if not grads or all(torch.isfinite(torch.stack(torch._foreach_norm(grads))).tolist()):
+            return control
+        step = state.global_step + 1  # the step whose update this would be
+        if not self.skip:
+            from pspo_repro.run_dir import last_checkpoint
+
+            good = last_checkpoint(self.folder)
+            raise NonFiniteError(
+                f"non-finite loss or gradient at step {step}; last good checkpoint: "
+                f"{good or 'none (no checkpoint saved yet)'}; rerun to resume from it, or set "
+                "trainer.skip_nonfinite=true to skip such batches"
+            )
+        self.skipped_steps.append(step)
+        for p in model.parameters():
+            p.grad = None  # torch optimizers leave parameters without a gradient untouched
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.skip and logs is not None and "train_runtime" not in logs:
+            logs["nonfinite_skipped"] = len(self.skipped_steps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import subprocess
 import time
@@ -20,13 +21,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.atomic import write_json, write_text
 from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.redact import redact
 
 # Trainer keys that change how a run is observed or stored, not what it learns: never in the tag, and
 # ignored when checking that a folder's stored config matches the command that reopens it.
 INFRA_TRAINER_KEYS = frozenset(
-    {"logging_steps", "save_total_limit", "stop_after_step", "disable_tqdm", "log_completions", "save_steps"}
+    {
+        "logging_steps",
+        "save_total_limit",
+        "stop_after_step",
+        "disable_tqdm",
+        "log_completions",
+        "save_steps",
+        "skip_nonfinite",  # how a failure is handled: switching it on to get past a NaN reopens the run
+    }
 )
 _MAX_TAG = 48
+log = logging.getLogger("pspo_repro.train")
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "hydra-core", "vllm", "deepspeed", "math-verify")
 
 
@@ -96,17 +107,95 @@ def read_run_json(folder: Path) -> dict[str, Any] | None:
 
 def write_run_json(folder: Path, record: dict[str, Any]) -> None:
     record = {**record, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    write_json(folder / "run.json", record)
+    # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
+    write_json(folder / "run.json", redact(record))
+
+
+# Written into a checkpoint folder by ``callbacks.CheckpointMarkerCallback`` once the Trainer has saved
+# every file of it (and metrics.jsonl holds its step): a folder without it was cut short by a kill.
+COMPLETE_MARKER = "pspo_complete.json"
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file (header length + JSON header + data size), or None."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if n <= 0 or 8 + n > size:
+                return f"{path}: truncated safetensors header"
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError) as exc:
+        return f"{path}: unreadable safetensors ({exc})"
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    if 8 + n + max(ends, default=0) != size:
+        return f"{path}: size {size} does not match its header (truncated or corrupted)"
+    return None
+
+
+def checkpoint_problems(ckpt: Path) -> list[str]:
+    """Reasons ``ckpt`` must not be resumed from: no completion marker, a file missing or of another
+    size than when it was saved, a cut safetensors file, an unreadable trainer_state.json. Empty: good."""
+    marker = ckpt / COMPLETE_MARKER
+    if not marker.is_file():
+        return [f"{marker} missing (save interrupted)"]
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        return [f"{marker}: unreadable ({exc})"]
+    problems = []
+    for name, size in sorted(files.items()):
+        path = ckpt / name
+        if not path.is_file():
+            problems.append(f"{path} missing")
+        elif path.stat().st_size != size:
+            problems.append(f"{path} has {path.stat().st_size} bytes, {size} when saved")
+        elif name.endswith(".safetensors") and (why := _safetensors_problem(path)):
+            problems.append(why)
+    state = ckpt / "trainer_state.json"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{state}: unreadable ({exc.__class__.__name__})")
+    return problems
+
+
+def write_checkpoint_marker(ckpt: Path, step: int) -> None:
+    """Record every file of a just-saved checkpoint with its size (``checkpoint_problems`` checks them)."""
+    files = {
+        str(p.relative_to(ckpt)): p.stat().st_size
+        for p in sorted(ckpt.rglob("*"))
+        if p.is_file() and p.name != COMPLETE_MARKER
+    }
+    write_json(ckpt / COMPLETE_MARKER, {"step": int(step), "files": files})
 
 
 def last_checkpoint(folder: Path) -> Path | None:
-    """The highest-step ``checkpoint-N`` folder that holds a complete save (trainer_state.json)."""
-    best: tuple[int, Path] | None = None
+    """The highest-step ``checkpoint-N`` folder that is complete and intact (``checkpoint_problems``).
+
+    A newer folder that fails the check (a kill mid-save, a truncated file) is renamed
+    ``bad-checkpoint-N`` (outside the Trainer's ``checkpoint-*`` rotation, kept for inspection) with a
+    warning naming the bad files, and the previous good checkpoint is used.
+    """
+    found = []
     for child in folder.glob("checkpoint-*"):
         m = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if m and (child / "trainer_state.json").exists() and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), child)
-    return best[1] if best else None
+        if m and child.is_dir():
+            found.append((int(m.group(1)), child))
+    for _, child in sorted(found, reverse=True):
+        problems = checkpoint_problems(child)
+        if not problems:
+            return child
+        aside = child.with_name(f"bad-{child.name}")
+        i = 1
+        while aside.exists():
+            aside, i = child.with_name(f"bad-{child.name}.{i}"), i + 1
+        child.rename(aside)
+        log.warning(
+            "checkpoint %s is incomplete or corrupted, not resuming from it (moved to %s): %s",
+            child, aside.name, "; ".join(problems),
+        )  # fmt: skip
+    return None
 
 
 def truncate_metrics(path: Path, max_step: int) -> None:

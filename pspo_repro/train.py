@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.redact import redact
 from pspo_repro.run_dir import (
     identity_config,
     last_checkpoint,
@@ -259,7 +260,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
 
     previous = read_run_json(folder)
     if previous is not None:
-        if previous.get("identity") != identity:
+        if previous.get("identity") != redact(identity):  # run.json stores it redacted
             raise UsageError(
                 f"{folder} holds a run with a different configuration; set run_tag=... or remove the folder"
             )
@@ -276,7 +277,14 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
     import torch
     import trl
 
-    from pspo_repro.callbacks import MetricsJsonlCallback, StopAfterStepCallback, TokenBudgetCallback
+    from pspo_repro.callbacks import (
+        CheckpointMarkerCallback,
+        MetricsJsonlCallback,
+        NonFiniteCallback,
+        NonFiniteError,
+        StopAfterStepCallback,
+        TokenBudgetCallback,
+    )
     from pspo_repro.models import load_model, load_tokenizer
     from pspo_repro.rewards import get_reward
     from pspo_repro.trainer import MethodGRPOTrainer
@@ -319,10 +327,13 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
 
     model = load_model(cfg.model, tokenizer, use_cuda)
     args = _grpo_config(cfg, folder, method, use_cuda)
-    callbacks: list[Any] = [MetricsJsonlCallback(folder / "metrics.jsonl")]
+    # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
+    nonfinite = NonFiniteCallback(folder, skip=bool(t.get("skip_nonfinite", False)))
+    callbacks: list[Any] = [nonfinite, MetricsJsonlCallback(folder / "metrics.jsonl")]
     budget = TokenBudgetCallback(t.token_budget, evaluate=bool(t.eval_steps)) if t.token_budget else None
     stopper = StopAfterStepCallback(t.stop_after_step) if t.get("stop_after_step") else None
     callbacks += [c for c in (budget, stopper) if c is not None]
+    callbacks.append(CheckpointMarkerCallback())
     trainer = MethodGRPOTrainer(
         model=model,
         reward_funcs=[get_reward(n) for n in cfg.reward.funcs],
@@ -336,7 +347,11 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         loss_agg=method.loss_agg,
     )
     log.info("trl %s, run folder %s, resume from %s", trl.__version__, folder, resume)
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except NonFiniteError as exc:
+        write_run_json(folder, {**record, "status": "failed", "error": str(exc)})
+        raise UsageError(str(exc)) from None
 
     state = trainer.state
     stopped_early = stopper is not None and stopper.fired
@@ -347,6 +362,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         num_tokens=int(state.num_input_tokens_seen),
         best_checkpoint=str(Path(best).relative_to(folder)) if best else None,
         best_metric=state.best_metric,
+        nonfinite_skipped=len(nonfinite.skipped_steps),
+        nonfinite_skipped_steps=nonfinite.skipped_steps,
         stop_reason="stop_after_step"
         if stopped_early
         else ("token_budget" if budget and budget.reached else "max_steps"),

@@ -1,0 +1,51 @@
+"""Keep credentials out of result files: run.json, evaluation JSON ``config`` fields, metrics.
+
+A resolved config can pick up a secret through an interpolation (``${oc.env:WANDB_API_KEY}``) or a
+command-line override; results are shared and committed, so every record is passed through ``redact``
+before it is written. No torch imports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+# Environment variables that hold credentials (matched by name), and config keys that look like one.
+_SECRET_ENV_RE = re.compile(r"(TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|ACCESS_KEY)", re.I)
+# Whole key names only: "token_budget", "num_tokens" and "max_new_tokens" are ordinary settings.
+_SECRET_KEY_RE = re.compile(
+    r"^(?:.*_)?(?:api_?key|secret|password|passwd|credentials?|access_?key|(?:auth|access|hub|hf)_?token)$"
+    r"|^token$",
+    re.I,
+)
+# Short values ("1", "true") would redact ordinary text; a credential is longer than this.
+_MIN_SECRET_LEN = 8
+
+
+def secret_values() -> list[str]:
+    """Values of the credential-like environment variables (WANDB_API_KEY, HF_TOKEN, ...), longest first."""
+    vals = {v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and v and len(v) >= _MIN_SECRET_LEN}
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact(obj: Any, _secrets: list[str] | None = None) -> Any:
+    """A copy of ``obj`` (JSON-like) with credential-named keys' values and any secret env value replaced."""
+    secrets = secret_values() if _secrets is None else _secrets
+    if isinstance(obj, dict):
+        return {
+            k: (
+                REDACTED
+                if isinstance(k, str) and _SECRET_KEY_RE.search(k) and v not in (None, "")
+                else redact(v, secrets)
+            )
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list | tuple):
+        return type(obj)(redact(v, secrets) for v in obj)
+    if isinstance(obj, str):
+        for s in secrets:
+            if s in obj:
+                obj = obj.replace(s, REDACTED)
+    return obj
