@@ -1,0 +1,61 @@
+"""Shared command-line helpers: bad input ends as one ``error: ...`` line and exit status 2.
+
+Hydra reports a bad override (a typo in a key, a wrong type) in five lines ending with a hint about
+``HYDRA_FULL_ERROR``; ``precheck_overrides`` composes the config first and turns that into one line that
+names the override. No torch imports.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+USAGE_EXIT = 2
+
+
+def fail(message: str) -> None:
+    """Print ``error: <message>`` (newlines folded, so it stays one line) and exit with status 2."""
+    one_line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    print(f"error: {one_line}", file=sys.stderr, flush=True)
+    sys.exit(USAGE_EXIT)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc or "").strip()
+    return text.splitlines()[0].strip() if text else ""
+
+
+def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> str | None:
+    """Hydra's complaint about ``overrides`` as one line (None when the config composes).
+
+    Multirun sweeps (``-m``), Hydra flags (``--cfg``) and ``hydra.*`` / ``hydra/...`` overrides are left to
+    Hydra itself: compose() does not expand sweeps or load launcher plugins.
+    """
+    if any(a.startswith("-") for a in overrides):
+        return None
+    plain = [a for a in overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            compose(config_name=config_name, overrides=plain)
+    except Exception as exc:  # Hydra/OmegaConf raise several types; all are bad input here
+        msg = _first_line(exc)
+        cause = _first_line(exc.__cause__)
+        if cause and cause not in msg:
+            msg = f"{msg.rstrip('.')}: {cause}"
+        if "is not in struct" in msg:
+            msg += " (a typo? prefix the key with + to add a new one)"
+        return f"bad override: {msg}"
+    finally:
+        GlobalHydra.instance().clear()
+    return None
+
+
+def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> None:
+    """Exit with a one-line error when ``overrides`` do not compose (see ``compose_error``)."""
+    err = compose_error(config_dir, config_name, overrides)
+    if err:
+        fail(err)
