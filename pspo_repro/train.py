@@ -404,6 +404,9 @@ def main() -> None:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    from pspo_repro.cli import precheck_overrides
+
+    precheck_overrides(CONF_DIR, "train", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
     import hydra
 
     hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(_task)()
