@@ -234,15 +234,23 @@ def run(cfg: DictConfig) -> Outputs:
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="aggregate")
-def main(cfg: DictConfig) -> None:
-    """CLI: one-line (or file-listing) error and exit status 1 on invalid input or options."""
+def _hydra_main(cfg: DictConfig) -> None:
+    """CLI: a one-line error (file listings folded into it) and exit status 2 on invalid input or options."""
+    from pspo_repro.cli import fail
+
     try:
         outputs = run(cfg)
     except (ConfigError, ResultsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        fail(str(exc))
     summary = next(p for p in outputs.files if p.name == "summary.md")
     print(outputs.files[summary], end="")
+
+
+def main() -> None:
+    from pspo_repro.cli import precheck_overrides
+
+    precheck_overrides(PROJECT_ROOT / "conf", "aggregate", sys.argv[1:])  # a typo in a key: one line
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ whether or not a resume happened. Bad input ends with one ``error: ...`` line an
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import json
@@ -19,7 +21,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +31,7 @@ from pspo_repro import grading
 from pspo_repro.atomic import atomic_open, write_json
 from pspo_repro.data import DataError, Problem, get_spec, load_benchmark
 from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.redact import redact
 from pspo_repro.stats import majority_vote, pass_at_k
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,15 @@ def _check_checkpoint(folder: Path) -> None:
         raise EvalError(f"checkpoint {folder} has no config.json (not a saved model)")
     if not _has_tokenizer(folder):
         raise EvalError(f"checkpoint {folder} has no tokenizer files (tokenizer.json/tokenizer_config.json)")
+    # Weights are read as safetensors only: a pickle (pytorch_model.bin) can run code when loaded.
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise EvalError(f"checkpoint {folder} has no *.safetensors weights (pickled weights are not loaded)")
+    from pspo_repro.run_dir import _safetensors_problem
+
+    for shard in shards:
+        if why := _safetensors_problem(shard):
+            raise EvalError(f"checkpoint {folder}: {why}")
 
 
 def resolve_target(cfg: Any) -> Target:
@@ -144,14 +156,29 @@ def resolve_target(cfg: Any) -> Target:
     return Target(name.split("/")[-1], "baseline", 0, "", None, name)  # a hub id
 
 
+def _number(key: str, value: Any, kind: type = float) -> Any:
+    """``value`` as a finite number of ``kind`` (int: no fractional part), else a one-line EvalError."""
+    allowed = "an integer" if kind is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise EvalError(f"{key} must be {allowed}, got {value!r}")
+    try:
+        x = float(value)
+    except ValueError:
+        raise EvalError(f"{key} must be {allowed}, got {value!r}") from None
+    if x != x or x in (float("inf"), float("-inf")) or (kind is int and not x.is_integer()):
+        raise EvalError(f"{key} must be {allowed}, got {value!r}")
+    return int(x) if kind is int else x
+
+
 def validate(cfg: Any) -> tuple[list[str], list[float]]:
     """Dataset names and temperatures after checking every setting (raises EvalError)."""
-    datasets = list(cfg.eval.datasets)
+    datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
     if not datasets:
         raise EvalError("eval.datasets is empty")
     for name in datasets:
         get_spec(name)  # unknown names list the allowed ones
-    temps = [float(t) for t in cfg.temperatures]
+    raw_temps = cfg.temperatures if isinstance(cfg.temperatures, Sequence) else [cfg.temperatures]
+    temps = [_number("temperature", t) for t in raw_temps]
     if not temps:
         raise EvalError("temperatures is empty")
     for t in temps:
@@ -160,11 +187,15 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     labels = [f"{t:.1f}" for t in temps]
     if len(set(labels)) != len(labels):
         raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
-    if int(cfg.n_samples) < 1 or int(cfg.max_new_tokens) < 1 or int(cfg.chunk_size) < 1:
-        raise EvalError("n_samples, max_new_tokens and chunk_size must be positive")
-    if not 0 < float(cfg.top_p) <= 1:
+    for key in ("n_samples", "max_new_tokens", "chunk_size", "batch_size", "sampling_seed"):
+        v = _number(key, cfg[key], int)
+        if v < (0 if key == "sampling_seed" else 1):
+            raise EvalError(
+                f"{key} must be a {'non-negative' if key == 'sampling_seed' else 'positive'} integer, got {v}"
+            )
+    if not 0 < _number("top_p", cfg.top_p) <= 1:
         raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
-    if cfg.eval.limit is not None and int(cfg.eval.limit) < 1:
+    if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
     return datasets, temps
 
@@ -185,6 +216,9 @@ def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
         "json": folder / f"{stem}.json",
         "completions": folder / f"{stem}.completions.jsonl.gz",
         "partial": folder / f"{stem}.partial.jsonl",
+        # Beside the dataset folder, so the cell folder holds only results; never deleted (unlinking a
+        # lock file another process waits on would let a third one take a fresh lock at once).
+        "lock": folder.parent / ".locks" / f"{folder.name}.{stem}.lock",
     }
 
 
@@ -392,15 +426,15 @@ def _final_matches(path: Path, header: dict[str, Any]) -> bool:
 
 def evaluate(cfg: Any) -> list[dict[str, Any]]:
     """Run the sweep described by a composed ``evaluate`` config; returns every cell's result dict."""
-    from omegaconf import OmegaConf
-    from tqdm.auto import tqdm
 
-    from pspo_repro.backends import Request, make_backend, request_seed, resolve_backend_name
-    from pspo_repro.prompts import render_prompt
+    from pspo_repro.backends import resolve_backend_name
 
     datasets, temps = validate(cfg)
     target = resolve_target(cfg)
-    backend_name = resolve_backend_name(str(cfg.backend))
+    try:
+        backend_name = resolve_backend_name(str(cfg.backend))
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
     problems_by_ds = {name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit) for name in datasets}
 
     cells: list[Cell] = []
@@ -413,6 +447,50 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
                 log.info("done already: %s", paths["json"])
                 continue
             cells.append(Cell(name, t, paths, header, {}))
+
+    with contextlib.ExitStack() as locks:
+        cells = _lock_cells(cells, locks)
+        _run_cells(cells, problems_by_ds, cfg, target, backend_name)
+
+    results = []
+    for name in datasets:
+        for t in temps:
+            results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
+    print_table(results)
+    return results
+
+
+def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
+    """Take each pending cell's lock (``fcntl.flock``, released when ``stack`` closes or the process dies).
+
+    Two processes given the same cell (a requeued job racing its first attempt): the second waits for
+    the first, then finds the final file and skips the cell, so no cell is generated twice and no
+    partial shard gets two writers. Locks are taken in path order (no deadlock between sweeps).
+    """
+    for c in sorted(cells, key=lambda c: str(c.paths["lock"])):
+        c.paths["lock"].parent.mkdir(parents=True, exist_ok=True)
+        fh = stack.enter_context(open(c.paths["lock"], "a"))  # closed by the stack
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s is being evaluated by another process: waiting for it", c.paths["json"])
+            fcntl.flock(fh, fcntl.LOCK_EX)
+    pending = []
+    for c in cells:
+        if c.paths["json"].is_file() and _final_matches(c.paths["json"], c.header):
+            log.info("done by another process meanwhile: %s", c.paths["json"])
+            continue
+        pending.append(c)
+    return pending
+
+
+def _run_cells(cells, problems_by_ds, cfg, target, backend_name) -> None:
+    """Generate, grade and write every pending cell (the model loads once, only if a cell is pending)."""
+    from omegaconf import OmegaConf
+    from tqdm.auto import tqdm
+
+    from pspo_repro.backends import Request, make_backend, request_seed
+    from pspo_repro.prompts import render_prompt
 
     if cells:
         tokenizer = _load_tokenizer(target.checkpoint)
@@ -478,13 +556,6 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
             for c in ds_cells:
                 _finish_cell(c, problems, cfg, target)
 
-    results = []
-    for name in datasets:
-        for t in temps:
-            results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
-    print_table(results)
-    return results
-
 
 def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> None:
     """Write completions then the final JSON (its presence marks the cell done), then drop the shard."""
@@ -496,7 +567,8 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
     result = {
         **c.header,
         "run_dir": target.run_dir,
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
+        "config": redact(OmegaConf.to_container(cfg, resolve=True)),
         "versions": versions(),
         "git_sha": git_sha(),
         "per_prompt": per_prompt,
@@ -551,8 +623,9 @@ def _hydra_main() -> None:
         try:
             evaluate(cfg)
         except (EvalError, DataError) as exc:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-            sys.exit(2)
+            from pspo_repro.cli import fail
+
+            fail(str(exc))
 
     _run()
 
@@ -578,12 +651,14 @@ def compose_config(overrides: list[str]) -> Any:
 
 def main() -> None:
     """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``."""
+    from pspo_repro.cli import fail, precheck_overrides
+
     try:
         _precheck_argv(sys.argv[1:])
     except EvalError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        fail(str(exc))
     sys.argv = [sys.argv[0], *rewrite_overrides(sys.argv[1:])]
+    precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
     _hydra_main()
 
 

@@ -303,6 +303,6 @@ def test_cli_unknown_ci_method(tree, tmp_path):
 def test_cli_empty_tree(results_root, tmp_path):
     results_root.mkdir()
     proc = _cli(f"results_dir={results_root}", cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and str(results_root) in proc.stderr
     assert list(tmp_path.iterdir()) == [results_root] and not list(results_root.iterdir())  # nothing written

@@ -40,7 +40,10 @@ class HFBackend:
             torch_dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = (
-            AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(self.device).eval()
+            # safetensors only: a pickled checkpoint (pytorch_model.bin) could run code when loaded
+            AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, use_safetensors=True)
+            .to(self.device)
+            .eval()
         )
         try:
             gen_cfg = GenerationConfig.from_pretrained(model_path)
