@@ -195,3 +195,45 @@ def test_no_slurm_reachable_fails_fast(slurm_env, tmp_path, broken):
     assert r.returncode != 0
     assert expect in r.stderr, r.stderr[-3000:]
     assert time.monotonic() - t0 < 20
+
+
+def test_array_sbatch_runs_each_line_and_requeues_itself_on_usr1(slurm_env, tmp_path):
+    """slurm/array.sbatch without submitit: one array task per line; USR1 (what --signal=B:USR1@120 sends
+    before the time limit) makes the batch shell requeue the job, and the rerun resumes."""
+    lines = tmp_path / "grid.lines"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sweep_to_lines.py"), "--config-dir", str(APP.parent)]
+        + ["--config-name", "config", "--out", str(lines), "x=1,2", f"out_root={tmp_path / 'out'}"]
+        + ["steps=30", "step_s=0.5"],
+        check=True,
+        capture_output=True,
+    )
+    env = dict(slurm_env, PSPO_CMD=f"{sys.executable} {APP}")
+    sub = subprocess.run(
+        ["sbatch", "--parsable", "--array=0-1", "-p", "debug", "-c1", "--mem=500M", "--time=5"]
+        + ["-o", str(tmp_path / "%A_%a.out"), str(ROOT / "slurm" / "array.sbatch"), str(lines)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    array = sub.stdout.strip()
+    out = tmp_path / "out"
+    deadline = time.monotonic() + 60
+    while not (
+        (out / "x1" / "state.json").exists()
+        and json.loads((out / "x1" / "state.json").read_text())["step"] >= 4
+    ):
+        assert time.monotonic() < deadline, "array task 0 did not reach step 4 within 60 s"
+        time.sleep(0.25)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", f"{array}_0"], env=env, check=True)
+    deadline = time.monotonic() + 120
+    while not all((out / f"x{x}" / "result.json").exists() for x in (1, 2)):
+        assert time.monotonic() < deadline, f"array {array} did not finish: {list(tmp_path.glob('*.out'))}"
+        time.sleep(1)
+    first = _attempts(out / "x1")
+    assert len(first) == 2 and 4 <= first[1]["start_step"] < 30, first
+    assert len(_attempts(out / "x2")) == 1
+    log0 = next(tmp_path.glob(f"{array}_0.out")).read_text()
+    assert "requeueing (restart 1 of 3)" in log0 and "restart 1 on" in log0, log0
