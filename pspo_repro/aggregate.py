@@ -233,7 +233,7 @@ def run(cfg: DictConfig) -> Outputs:
     return outputs
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="aggregate")
+@hydra.main(version_base=None, config_path=str(PROJECT_ROOT / "conf"), config_name="aggregate")
 def _hydra_main(cfg: DictConfig) -> None:
     """CLI: a one-line error (file listings folded into it) and exit status 2 on invalid input or options."""
     from pspo_repro.cli import fail

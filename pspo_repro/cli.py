@@ -40,6 +40,14 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            # hydra/<group>=<choice> (launcher, sweeper): the choice must exist (conf/hydra/ or a plugin)
+            loader = GlobalHydra.instance().config_loader()
+            for arg in overrides:
+                key, sep, value = arg.lstrip("+").partition("=")
+                if key.startswith("hydra/") and sep and value not in ("null", ""):
+                    options = sorted(loader.get_group_options(key))
+                    if value not in options:
+                        return f"unknown {key} {value!r}; options: {', '.join(options)}"
             compose(config_name=config_name, overrides=plain)
     except Exception as exc:  # Hydra/OmegaConf raise several types; all are bad input here
         msg = _first_line(exc)
