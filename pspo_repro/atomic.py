@@ -30,8 +30,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and getattr(exc, "filename", None) is None:
+        if isinstance(exc, OSError):  # also when os.replace fails: name the target, not the temp file
             raise OSError(exc.errno, f"writing {path} failed: {exc.strerror or exc}", str(path)) from exc
+        if isinstance(exc, Exception):
+            exc.add_note(f"while writing {path} (previous file left intact)")
         raise
 
 
