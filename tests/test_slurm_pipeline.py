@@ -1,0 +1,70 @@
+"""End to end on the local Slurm cluster: a training grid (tiny model, 2 methods x 2 seeds) through
+`hydra/launcher=slurm`, the evaluation sweep of its finished runs (scripts/eval_grid.py, also on Slurm),
+then aggregation; the tables list all four runs. Then a rerun of the grid skips every finished run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from test_slurm import LOCAL, ROOT, slurm_env  # noqa: F401  (slurm_env is a fixture)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+TRAIN = [
+    "model=tiny",
+    "logger=none",
+    "reward=smoke_length",
+    "trainer.max_steps=4",
+    "trainer.max_completion_length=12",
+    "trainer.eval_steps=2",  # validation on, so run.json names a best checkpoint for the evaluator
+    "trainer.save_steps=2",
+    "trainer.disable_tqdm=true",
+]
+LAUNCH = [*LOCAL, "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=10"]
+
+
+def _run(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
+    return r
+
+
+def test_train_grid_then_eval_sweep_then_aggregate(slurm_env, tmp_path, data_dir, tiny_model_dir):  # noqa: F811
+    results = tmp_path / "results"
+    env = dict(slurm_env, PSPO_RESULTS_DIR=str(results), PSPO_LOG_DIR=str(tmp_path / "logs"))
+    env.update(PSPO_DATA_DIR=str(data_dir), WANDB_MODE="disabled")
+    train = [sys.executable, "-m", "pspo_repro.train", "-m", *TRAIN, "method=clip,pspo", "seed=0,1", *LAUNCH]
+    _run(train, env, timeout=600)
+    runs = sorted(results.glob("runs/tiny/*/seed*/run.json"))
+    assert len(runs) == 4
+    infos = [json.loads(p.read_text()) for p in runs]
+    assert all(i["status"] == "finished" and i["final_step"] == 4 and i["best_checkpoint"] for i in infos)
+    # The four runs were one Slurm array.
+    jobs = [
+        p.name
+        for p in (tmp_path / "logs" / "train-multirun" / ".submitit").iterdir()
+        if p.is_dir() and "_" in p.name
+    ]
+    assert len(jobs) == 4 and len({j.split("_")[0] for j in jobs}) == 1, jobs
+
+    evaluate = [sys.executable, str(ROOT / "scripts" / "eval_grid.py"), "runs/tiny/*/seed*", "--aggregate"]
+    evaluate += ["--", "eval=gsm8k", "eval.limit=4", "temperatures=[0.0]", *LAUNCH]
+    _run(evaluate, env, timeout=600)
+    cells = sorted(results.glob("eval/tiny/*/seed*/gsm8k/T0.0.json"))
+    assert len(cells) == 4
+    with open(results / "tables" / "main_true_acc.csv") as f:
+        rows = {r["Method"].split(" [")[0]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"GRPO-clip", "GR-PSPO"}
+    assert all(r["seeds"] == "0 1" and r["n_seeds"] == "2" for r in rows.values()), rows
+    with open(results / "tables" / "long_eval.csv") as f:
+        pairs = {(r["method"], r["seed"]) for r in csv.DictReader(f)}
+    assert pairs == {("clip", "0"), ("clip", "1"), ("pspo", "0"), ("pspo", "1")}
+
+    # Same grid again: every job finds its run finished and skips it (nothing retrained).
+    before = {p: p.stat().st_mtime_ns for p in runs}
+    again = _run(train, env, timeout=600)
+    assert {p: p.stat().st_mtime_ns for p in runs} == before, again.stderr[-2000:]
