@@ -13,6 +13,7 @@ matplotlib.use("Agg")  # headless: figures are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pspo_repro.atomic import atomic_open  # noqa: E402
 from pspo_repro.explore.probe import PROBE_Q, MaskGrid, RatioCurves  # noqa: E402
 from pspo_repro.explore.testbed import History  # noqa: E402
 
@@ -24,7 +25,9 @@ def save(fig, out_dir: Path, stem: str, formats: Sequence[str], dpi: int) -> lis
     paths = []
     for fmt in formats:
         path = out_dir / f"{stem}.{fmt}"
-        fig.savefig(path, dpi=dpi, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        # atomically: a killed run never leaves a cut figure in place of a good one
+        with atomic_open(path, "wb") as fh:
+            fig.savefig(fh, format=fmt, dpi=dpi, metadata={"CreationDate": None} if fmt == "pdf" else None)
         paths.append(path)
     plt.close(fig)
     return paths

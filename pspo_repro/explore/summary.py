@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pspo_repro.atomic import write_text
 from pspo_repro.explore.checks import Check
 from pspo_repro.explore.testbed import History, TestbedSpec
 
@@ -71,4 +72,4 @@ def write_summary(
         "only its gradient compares with the ratio-form methods.",
         "",
     ]
-    path.write_text("\n".join(lines))
+    write_text(path, "\n".join(lines))  # atomic (temp file + os.replace)
