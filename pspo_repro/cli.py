@@ -29,11 +29,17 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
     """Hydra's complaint about ``overrides`` as one line (None when the config composes).
 
     Multirun sweeps (``-m``), Hydra flags (``--cfg``) and ``hydra.*`` / ``hydra/...`` overrides are left to
-    Hydra itself: compose() does not expand sweeps or load launcher plugins.
+    Hydra itself: compose() does not expand sweeps or load launcher plugins. ``hydra.searchpath`` is kept
+    (it decides which group options exist).
     """
     if any(a.startswith("-") for a in overrides):
         return None
-    plain = [a for a in overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    plain = [
+        a
+        for a in overrides
+        if not a.lstrip("+~").startswith(("hydra.", "hydra/"))
+        or a.lstrip("+").startswith("hydra.searchpath=")
+    ]
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 

@@ -52,13 +52,36 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------- validation (no torch)
 
 
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Names of the ``<group>/*.yaml`` files in ``conf/`` and in ``extra_dirs`` (``hydra.searchpath``)."""
+    return sorted({p.stem for d in (CONF_DIR, *extra_dirs) for p in (d / group).glob("*.yaml")})
+
+
+def searchpath_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """The folders of a ``hydra.searchpath=[file://..., pkg://...]`` override on the command line."""
+    import importlib.util
+
+    dirs: list[Path] = []
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key != "hydra.searchpath":
+            continue
+        for entry in value.strip("[]").split(","):
+            scheme, _, rest = entry.strip().strip("'\"").partition("://")
+            if scheme == "file":
+                dirs.append(Path(rest))
+            elif scheme == "pkg":
+                head, _, tail = rest.partition("/")
+                spec = importlib.util.find_spec(head)
+                if spec and spec.submodule_search_locations:
+                    dirs.append(Path(next(iter(spec.submodule_search_locations))) / tail)
+    return tuple(dirs)
 
 
 def check_group_choices(argv: list[str]) -> None:
     """Unknown ``group=choice`` on the command line -> UsageError listing the options (Hydra's own error is
     a multi-line 'Could not find' report)."""
+    extra_dirs = searchpath_dirs(argv)
     for arg in argv:
         if "=" not in arg or arg.startswith("-"):
             continue
@@ -66,7 +89,7 @@ def check_group_choices(argv: list[str]) -> None:
         key = key.lstrip("+")
         if key not in CHOICE_GROUPS or value in ("null", "") or "(" in value:
             continue  # sweep functions like choice(...)/range(...) are left to Hydra
-        options = group_options(key)
+        options = group_options(key, extra_dirs)
         for choice in value.split(","):
             if choice not in options:
                 raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
@@ -85,8 +108,20 @@ def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
                 OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
 
 
+def import_plugins(modules) -> None:
+    """Import the ``plugins`` modules (user code that registers methods or rewards) before validation."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UsageError(f"plugins: cannot import {name!r}: {exc}") from None
+
+
 def validate(cfg: DictConfig):
     """Check everything that can be checked without a model; returns the parsed method config."""
+    import_plugins(cfg.get("plugins") or [])
     from pspo_repro.methods import list_methods, parse_method_config
     from pspo_repro.rewards import get_reward
 
