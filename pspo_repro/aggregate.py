@@ -64,6 +64,7 @@ class Outputs:
         self.short += [f"{table.name}: {n}" for n in table.notes]
 
     def add_figure(self, out: Path, stem: str, rendered: dict[str, bytes]) -> None:
+        """Queue one figure's rendered formats as ``<out>/<stem>.<fmt>``."""
         for fmt, data in rendered.items():
             self.files[out / f"{stem}.{fmt}"] = data
 
@@ -247,6 +248,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    """Entry point of ``python -m pspo_repro.aggregate``: precheck the overrides, then run Hydra."""
     from pspo_repro.cli import precheck_overrides
 
     precheck_overrides(PROJECT_ROOT / "conf", "aggregate", sys.argv[1:])  # a typo in a key: one line

@@ -20,6 +20,7 @@ class TokenBudgetCallback(TrainerCallback):
         self.reached = False
 
     def on_step_end(self, args, state, control, **kwargs):
+        """Stop (validating and saving) once the token count reaches the budget."""
         if state.num_input_tokens_seen >= self.budget and not control.should_training_stop:
             self.reached = True
             control.should_training_stop = True
@@ -36,6 +37,7 @@ class StopAfterStepCallback(TrainerCallback):
         self.fired = False
 
     def on_step_end(self, args, state, control, **kwargs):
+        """Save and stop at the configured step."""
         if state.global_step >= self.step:
             self.fired = True
             control.should_training_stop = True
@@ -74,6 +76,7 @@ class MetricsJsonlCallback(TrainerCallback):
         self.pending = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        """Merge a log into the pending line of its step (a new step writes the previous line)."""
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:
             return  # the end-of-training summary (runtime, mean loss) is in trainer_state.json already
         if self.pending is not None and self.pending["step"] != state.global_step:
@@ -91,10 +94,12 @@ class MetricsJsonlCallback(TrainerCallback):
             self.pending[_rename(key)] = value
 
     def on_save(self, args, state, control, **kwargs):
+        """Write the pending line before a checkpoint is saved."""
         if state.is_world_process_zero:
             self._flush()
 
     def on_train_end(self, args, state, control, **kwargs):
+        """Write the last pending line."""
         if state.is_world_process_zero:
             self._flush()
 
@@ -107,6 +112,7 @@ class CheckpointMarkerCallback(TrainerCallback):
     """
 
     def on_save(self, args, state, control, **kwargs):
+        """Mark the checkpoint just saved as complete."""
         if state.is_world_process_zero:
             from pspo_repro.run_dir import write_checkpoint_marker
 
@@ -134,6 +140,7 @@ class NonFiniteCallback(TrainerCallback):
         self.skipped_steps: list[int] = []
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        """Raise, or drop the gradients and count the step, when a gradient is non-finite."""
         import torch
 
         grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -155,5 +162,6 @@ class NonFiniteCallback(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        """Add ``nonfinite_skipped`` (the running count) to each training log."""
         if self.skip and logs is not None and "train_runtime" not in logs:
             logs["nonfinite_skipped"] = len(self.skipped_steps)

@@ -381,6 +381,8 @@ def write_completions(path: Path, records: list[dict[str, Any]]) -> None:
 
 @dataclass
 class Cell:
+    """One unfinished (dataset, temperature) cell: its file paths, settings header and finished prompts."""
+
     dataset: str
     temperature: float
     paths: dict[str, Path]

@@ -68,7 +68,10 @@ def _preflight() -> None:
 
 
 class SlurmLauncher(_StockSlurmLauncher):
+    """hydra-submitit-launcher's Slurm launcher with fail-fast polling of all jobs together."""
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Submit one Slurm job per override list and wait, stopping at the first failure."""
         import submitit
         from submitit.slurm.slurm import SlurmJob
 

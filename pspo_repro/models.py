@@ -43,6 +43,7 @@ def resolve_dtype(name: str | None, use_cuda: bool):
 
 
 def load_tokenizer(model_cfg: Any):
+    """The model's tokenizer; the EOS token doubles as padding when it has none."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(

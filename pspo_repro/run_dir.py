@@ -66,6 +66,7 @@ def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
 
 
 def run_folder(cfg: DictConfig, tag: str) -> Path:
+    """``<results>/runs/{model}/{method}/seed{seed}[-{tag}]`` (``paths.results_dir`` wins if set)."""
     root = Path(cfg.paths.results_dir) if cfg.paths.get("results_dir") else results_dir()
     suffix = f"-{tag}" if tag else ""
     return root / "runs" / cfg.model.name / cfg.method.name / f"seed{cfg.seed}{suffix}"
@@ -79,6 +80,7 @@ def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:
 
 
 def git_sha() -> str | None:
+    """The project's current commit, or None outside a git checkout."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10
@@ -89,6 +91,7 @@ def git_sha() -> str | None:
 
 
 def versions() -> dict[str, str | None]:
+    """Installed versions of the packages that decide a run's numbers (None if absent)."""
     found: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
@@ -99,6 +102,7 @@ def versions() -> dict[str, str | None]:
 
 
 def read_run_json(folder: Path) -> dict[str, Any] | None:
+    """The folder's ``run.json``, or None if there is none."""
     path = folder / "run.json"
     if not path.exists():
         return None
@@ -106,6 +110,7 @@ def read_run_json(folder: Path) -> dict[str, Any] | None:
 
 
 def write_run_json(folder: Path, record: dict[str, Any]) -> None:
+    """Write ``run.json`` atomically, redacted and stamped with ``updated_at``."""
     record = {**record, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
     write_json(folder / "run.json", redact(record))

@@ -63,13 +63,16 @@ class Names:
     dataset_order: Sequence[str]
 
     def model(self, key: str) -> str:
+        """Display name of a model key (the key itself if unnamed)."""
         return self.models.get(key, key)
 
     def method(self, key: str, tag: str = "") -> str:
+        """Display name of a method key, with ``[tag]`` for non-default hyperparameters."""
         name = self.methods.get(key, key)
         return f"{name} [{tag}]" if tag else name
 
     def dataset(self, key: str) -> str:
+        """Display name of a dataset key (the key itself if unnamed)."""
         return self.datasets.get(key, key)
 
 

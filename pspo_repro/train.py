@@ -175,6 +175,7 @@ def validate(cfg: DictConfig):
 
 
 def load_data(cfg: DictConfig):
+    """Training and validation problems (validation cut to ``trainer.eval_limit``)."""
     from pspo_repro import data
 
     try:
@@ -434,6 +435,7 @@ def _task(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups/keys, then Hydra."""
     try:
         check_group_choices(sys.argv[1:])
     except UsageError as exc:

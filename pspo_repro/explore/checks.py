@@ -17,11 +17,14 @@ TOL = 1e-9  # float64 everywhere: equalities that hold algebraically hold to ~1e
 
 @dataclass
 class Check:
+    """One named check of the explorer: whether it passed and what was measured."""
+
     name: str
     passed: bool
     detail: str
 
     def line(self) -> str:
+        """``PASS|FAIL <name>: <detail>``, as printed and written to the summary."""
         return f"{'PASS' if self.passed else 'FAIL'} {self.name}: {self.detail}"
 
 

@@ -36,6 +36,7 @@ def write_summary(
     figures: Sequence[Path],
     runtime_s: float,
 ) -> None:
+    """Write the explorer's markdown summary: settings, checks, testbed tables and figures."""
     lines = [
         "# Trust-region explorer: summary",
         "",

@@ -66,6 +66,7 @@ class Tabular:
         return logp.gather(1, self.sequences.T).sum(0).exp()
 
     def expected_reward(self, logits: torch.Tensor) -> float:
+        """Exact expected reward of the policy ``logits`` over all sequences."""
         return float(self.joint(logits) @ self.rewards)
 
     def divergences(self, logits: torch.Tensor) -> tuple[float, float]:
@@ -90,6 +91,7 @@ class Tabular:
         return Batch(tokens, adv, old, torch.ones_like(old))
 
     def logp(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probs [B, T] of ``tokens`` under the policy ``logits``."""
         return torch.log_softmax(logits, -1).gather(1, tokens.T).T
 
     def topk_inputs(self, logits: torch.Tensor, tokens: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
@@ -107,6 +109,8 @@ class Tabular:
 
 @dataclass
 class Batch:
+    """A fixed batch from the behaviour policy: tokens, advantages, old log-probs and mask."""
+
     tokens: torch.Tensor  # [B, T]
     advantages: torch.Tensor  # [B]
     old_logp: torch.Tensor  # [B, T]

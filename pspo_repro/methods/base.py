@@ -53,6 +53,7 @@ class Masked:
         return torch.where(self.bool, loss, 0.0)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Mean of ``x`` over unmasked tokens (0.0 when none)."""
         if x.shape == self.bool.shape and x.dtype == torch.float32:
             # one fused pass, no temporary (metrics must stay cheap next to the loss itself)
             return torch.dot(x.reshape(-1), self._float().reshape(-1)) / self._denom
@@ -68,10 +69,12 @@ class Masked:
         return (flag & self.bool).sum(dtype=torch.float32) / self._denom
 
     def min(self, x: torch.Tensor) -> torch.Tensor:
+        """Minimum of ``x`` over unmasked tokens (0.0 when none)."""
         value = torch.where(self.bool, x, float("inf")).amin().float()
         return torch.where(self._nonempty, value, 0.0)
 
     def max(self, x: torch.Tensor) -> torch.Tensor:
+        """Maximum of ``x`` over unmasked tokens (0.0 when none)."""
         value = torch.where(self.bool, x, float("-inf")).amax().float()
         return torch.where(self._nonempty, value, 0.0)
 
