@@ -189,7 +189,7 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
 
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
     data_cfg = SyntheticConfig(
         seed=cfg.data.seed, max_number=cfg.data.max_number, max_factor=cfg.data.max_factor
     )
@@ -259,6 +259,9 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         "train_steps": train_out.global_step,
         "train_seconds": round(train_s, 1),
         "total_seconds": round(time.time() - t0, 1),
+        # CPU seconds of this process: about the wall time on an idle machine with threads=1 (the wall
+        # time on a shared machine says more about the neighbours than about the stage).
+        "cpu_seconds": round(time.process_time() - cpu0, 1),
         "val": val,
         "versions": _versions(),
         "git_sha": _git_sha(),

@@ -57,8 +57,10 @@ class SyntheticConfig:
     """What fixes the generated problems: the seed and the number range (sizes are per call)."""
 
     seed: int = 0
-    max_number: int = 30  # operands of + and - are in [1, max_number]
-    max_factor: int = 9  # operands of * and / are in [2, max_factor]
+    # Small ranges keep the arithmetic learnable by the SFT model in ~3 CPU minutes: with 12/6 it reaches
+    # ~34% greedy validation accuracy (with 30/9: 10%), leaving RL room to improve.
+    max_number: int = 12  # operands of + and - are in [1, max_number]
+    max_factor: int = 6  # operands of * and / are in [2, max_factor]
 
 
 # A template draws numbers and words from ``rng`` and returns (question, solution, gold answer).
