@@ -1,6 +1,6 @@
 """The commands in README.md and docs/*.md run, so the docs cannot drift from the code.
 
-Convention (README.md says it too):
+Convention (for README.md and docs/*.md):
 - a fenced ```bash block whose previous line is exactly ``<!-- doctest -->`` is run by this test;
   ``<!-- doctest: slow -->`` puts the block in the ``slow`` tier (training, evaluation);
 - each non-empty line not starting with ``#`` is one command (a line ending in ``\\`` continues on the next),
