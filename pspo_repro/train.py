@@ -72,7 +72,10 @@ def searchpath_dirs(argv: list[str]) -> tuple[Path, ...]:
                 dirs.append(Path(rest))
             elif scheme == "pkg":
                 head, _, tail = rest.partition("/")
-                spec = importlib.util.find_spec(head)
+                try:
+                    spec = importlib.util.find_spec(head)
+                except ImportError:  # a missing parent package: Hydra reports it
+                    spec = None
                 if spec and spec.submodule_search_locations:
                     dirs.append(Path(next(iter(spec.submodule_search_locations))) / tail)
     return tuple(dirs)

@@ -101,6 +101,7 @@ def test_plugin_hooks_find_the_users_method_and_config(user_project):
     assert train.searchpath_dirs(["hydra.searchpath=[pkg://pspo_repro/methods]"]) == (
         PROJECT_ROOT / "pspo_repro" / "methods",
     )
+    assert train.searchpath_dirs(["hydra.searchpath=[pkg://no_such_pkg_xyz.conf]"]) == ()
     with pytest.raises(UsageError, match="plugins: cannot import 'no_such_plugin_xyz'"):
         train.import_plugins(["no_such_plugin_xyz"])
 
