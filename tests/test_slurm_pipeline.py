@@ -8,6 +8,7 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from test_slurm import LOCAL, ROOT, slurm_env  # noqa: F401  (slurm_env is a fixture)
@@ -68,3 +69,48 @@ def test_train_grid_then_eval_sweep_then_aggregate(slurm_env, tmp_path, data_dir
     before = {p: p.stat().st_mtime_ns for p in runs}
     again = _run(train, env, timeout=600)
     assert {p: p.stat().st_mtime_ns for p in runs} == before, again.stderr[-2000:]
+
+
+def test_over_memory_training_job_fails_driver_and_is_not_marked_finished(slurm_env, tmp_path, data_dir):  # noqa: F811
+    results = tmp_path / "results"
+    env = dict(slurm_env, PSPO_RESULTS_DIR=str(results), PSPO_LOG_DIR=str(tmp_path / "logs"))
+    env.update(PSPO_DATA_DIR=str(data_dir), WANDB_MODE="disabled")
+    # 200 MB for a process that needs ~600 MB: OverMemoryKill ends it while it loads or trains.
+    limits = ["hydra.launcher.mem_gb=null", "hydra.launcher.mem_per_cpu=200M"]
+    cmd = [sys.executable, "-m", "pspo_repro.train", "-m", *TRAIN, "method=pspo", "seed=0", *LAUNCH, *limits]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "died without a result" in r.stderr and "exceeded memory limit" in r.stderr, r.stderr[-3000:]
+    log_line = next(line for line in r.stderr.splitlines() if "job log: stdout " in line)
+    assert Path(log_line.split("job log: stdout ")[1].split(",")[0]).is_file()
+    for info in results.glob("runs/**/run.json"):
+        assert json.loads(info.read_text())["status"] != "finished"
+    # And the evaluation grid leaves it out instead of evaluating a half-trained run.
+    ev = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "eval_grid.py"), "runs/tiny/*/seed*", "--dry-run"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert ev.returncode == 2 and "no finished run" in ev.stderr, ev.stderr
+
+
+def test_accelerate_ddp_sbatch_trains_with_two_processes(slurm_env, tmp_path, data_dir):  # noqa: F811
+    """slurm/accelerate_ddp.sbatch on the CPU node: srun -> accelerate launch (2 gloo processes)."""
+    results = tmp_path / "results"
+    env = dict(slurm_env, PSPO_RESULTS_DIR=str(results), PSPO_LOG_DIR=str(tmp_path / "logs"))
+    env.update(PSPO_DATA_DIR=str(data_dir), WANDB_MODE="disabled", PSPO_PROCS_PER_NODE="2")
+    env.update(PSPO_ACCELERATE_ARGS="--mixed_precision no")
+    overrides = [*TRAIN, "trainer.eval_steps=null", "method=noclip", "seed=0"]
+    cmd = ["sbatch", "--wait", "-p", "debug", "--gpus-per-node=0", "-c2", "--mem=3G", "--time=10"]
+    cmd += ["-o", str(tmp_path / "ddp.out"), str(ROOT / "slurm" / "accelerate_ddp.sbatch"), *overrides]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = (tmp_path / "ddp.out").read_text() if (tmp_path / "ddp.out").exists() else ""
+    assert r.returncode == 0, f"{r.stderr}\n{log[-3000:]}"
+    assert "1 node(s) x 2 GPU(s)" in log
+    (run,) = results.glob("runs/tiny/noclip/seed0*/run.json")
+    assert json.loads(run.read_text())["status"] == "finished"
+    first = json.loads((run.parent / "metrics.jsonl").read_text().splitlines()[0])
+    # 2 processes x 4 completions: the step-1 token count covers both ranks' prompts (one rank: ~650).
+    assert first["num_tokens"] > 1000, first["num_tokens"]
