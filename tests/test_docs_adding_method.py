@@ -120,7 +120,8 @@ def test_docs_command_validates_from_the_command_line(user_project, tmp_path):
         ["bash", "-c", cmd], cwd=user_project, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"run folder: {tmp_path / 'results' / 'runs' / 'tiny' / NAME / 'seed0'}" in proc.stdout
+    folder = tmp_path / "results" / "runs" / "tiny" / NAME / "seed0-max_steps2"
+    assert f"run folder: {folder}\n" in proc.stdout and str(folder.relative_to(tmp_path)) in DOC.read_text()
     assert "eps_high: 0.2" in proc.stdout and f"- {PLUGIN}" in proc.stdout
 
 
