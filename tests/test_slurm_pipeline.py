@@ -8,6 +8,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,40 @@ def test_accelerate_ddp_sbatch_trains_with_two_processes(slurm_env, tmp_path, da
     first = json.loads((run.parent / "metrics.jsonl").read_text().splitlines()[0])
     # 2 processes x 4 completions: the step-1 token count covers both ranks' prompts (one rank: ~650).
     assert first["num_tokens"] > 1000, first["num_tokens"]
+
+
+def test_preempted_training_job_resumes_from_its_checkpoint(slurm_env, tmp_path, data_dir):  # noqa: F811
+    """The preemption signal (USR2) reaches submitit in the job, which calls the launcher's checkpoint()
+    and requeues; the rerun of the same overrides finds the run folder and resumes from checkpoint-N."""
+    results = tmp_path / "results"
+    env = dict(slurm_env, PSPO_RESULTS_DIR=str(results), PSPO_LOG_DIR=str(tmp_path / "logs"))
+    env.update(PSPO_DATA_DIR=str(data_dir), WANDB_MODE="disabled")
+    overrides = ["model=tiny", "logger=none", "reward=smoke_length", "trainer.max_steps=60"]
+    overrides += ["trainer.eval_steps=null", "trainer.save_steps=2", "trainer.disable_tqdm=true"]
+    cmd = [sys.executable, "-m", "pspo_repro.train", "-m", *overrides, "method=noclip", "seed=0", *LAUNCH]
+    driver = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(results.glob("runs/tiny/noclip/seed0*/checkpoint-*")):
+            assert time.monotonic() < deadline and driver.poll() is None, "no checkpoint within 120 s"
+            time.sleep(0.2)
+        (job,) = [
+            p.name for p in (tmp_path / "logs" / "train-multirun" / ".submitit").iterdir() if p.is_dir()
+        ]
+        subprocess.run(["scancel", "--signal=USR2", job], env=env, check=True)
+        _, err = driver.communicate(timeout=240)
+    finally:
+        if driver.poll() is None:  # the test failed: do not leave the job running on the shared node
+            driver.kill()
+            for p in (tmp_path / "logs" / "train-multirun" / ".submitit").glob("*"):
+                if p.is_dir():  # one folder per job, named by its Slurm id
+                    subprocess.run(["scancel", p.name], env=env, capture_output=True)
+    assert driver.returncode == 0, err[-3000:]
+    (run,) = results.glob("runs/tiny/noclip/seed0*/run.json")
+    info = json.loads(run.read_text())
+    assert info["status"] == "finished" and info["final_step"] == 60
+    assert info["resumed_from"] and "checkpoint-" in info["resumed_from"], info["resumed_from"]
+    steps = [json.loads(line)["step"] for line in (run.parent / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 61))  # resumed rows replace the lost ones, no duplicates
