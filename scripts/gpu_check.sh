@@ -77,8 +77,8 @@ install() {
 case "${1:-}" in
   --prepare) prepare; exit 0 ;;
   --dry-run) PY=${PYTHON:-.venv/bin/python} ;;
-  *) install ;;
 esac
+install  # a no-op where the dependencies import already
 
 if [ -z "${PSPO_DATA_DIR:-}" ]; then
   if [ -d ../shared/data/gsm8k ]; then PSPO_DATA_DIR=$(cd ../shared/data && pwd); else PSPO_DATA_DIR=$PWD/$DATA; fi

@@ -1,0 +1,153 @@
+"""scripts/gpu_check.py on CPU: arguments, JSON writing, the padded tokenizer, the overrides it passes to
+the project's entry points, and (slow) a whole dry run. The real check needs a GPU (scripts/gpu_check.sh)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+gc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gc)
+
+
+def test_real_defaults_are_the_issue_sizes(monkeypatch, tmp_path):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    a = gc.parse_args([])
+    assert (a.prompts, a.temperatures, a.grpo_steps) == (500, (0.0, 0.2, 0.4, 0.6, 0.8), 5)
+    assert a.model_preset == "qwen2p5_0p5b" and a.dtype == "bfloat16" and a.legs == gc.LEGS
+    assert a.out == tmp_path / "gpu_check.json"
+    assert a.budget_s <= 450  # the whole check (install included) must end within 8 minutes
+
+
+def test_dry_run_defaults_and_explicit_values_win(monkeypatch):
+    monkeypatch.delenv("OUT", raising=False)
+    a = gc.parse_args(["--dry-run", "--prompts", "3", "--temperatures", "0,1.0", "--legs", "eval_hf,grpo"])
+    assert a.dry_run and a.model_preset == "tiny" and a.dtype == "float32"
+    assert (a.prompts, a.temperatures, a.legs, a.grpo_steps) == (3, (0.0, 1.0), ("eval_hf", "grpo"), 1)
+    assert a.out == ROOT / "results" / "gpu_check.json"
+
+
+@pytest.mark.parametrize(
+    "argv", [["--temperatures", "0,-1"], ["--temperatures", "a"], ["--legs", "eval_tgi"], ["--prompts", "0"]]
+)
+def test_bad_arguments_exit_with_usage(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        gc.parse_args(argv)
+    assert exc.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_write_json_is_atomic_and_complete(tmp_path):
+    path = tmp_path / "deep" / "gpu_check.json"
+    gc.write_json(path, {"b": 1, "a": [1.5, None]})
+    gc.write_json(path, {"b": 2})
+    assert json.loads(path.read_text()) == {"b": 2}
+    assert [p.name for p in path.parent.iterdir()] == ["gpu_check.json"]  # no temp file left
+
+
+def test_pad_tokenizer_json_fills_every_unused_id():
+    tj = {"model": {"vocab": {"a": 3, "b": 4}}, "added_tokens": [{"id": 0}, {"id": 1}, {"id": 2}]}
+    assert gc.pad_tokenizer_json(tj, 8) == 3
+    assert sorted(tj["model"]["vocab"].values()) == [3, 4, 5, 6, 7]
+    assert tj["model"]["vocab"]["<fill7>"] == 7
+    with pytest.raises(ValueError, match="vocab_size"):
+        gc.pad_tokenizer_json({"model": {"vocab": {"a": 9}}}, 8)
+
+
+def test_padded_tiny_tokenizer_keeps_its_ids(tiny_model_dir, tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    for f in Path(tiny_model_dir).iterdir():
+        if f.is_file() and f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy(f, tmp_path / f.name)
+    tj = json.loads((tmp_path / "tokenizer.json").read_text())
+    gc.pad_tokenizer_json(tj, 4096)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tj))
+    old, new = AutoTokenizer.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tmp_path)
+    text = "<|im_start|>user\nTom has 12 apples, 3.5 cents!\n#### 1,234<|im_end|>"
+    assert len(new) == 4096 and new(text)["input_ids"] == old(text)["input_ids"]
+    assert new.decode([4000]) == "<fill4000>"  # every id the model can emit decodes to something
+    msgs = [{"role": "user", "content": "hi"}]
+    assert new.apply_chat_template(msgs, tokenize=False) == old.apply_chat_template(msgs, tokenize=False)
+
+
+def test_overrides_compose_against_the_project_configs(tmp_path):
+    """The keys gpu_check passes exist in conf/ (a renamed trainer key fails here, not on the GPU)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from pspo_repro.evaluate import compose_config
+
+    for dry in (False, True):
+        a = gc.parse_args(["--dry-run"] if dry else [])
+        for backend in ("hf", "vllm"):
+            cfg = compose_config(gc.eval_overrides(a, tmp_path, backend))
+            assert cfg.backend == backend and cfg.eval.limit == a.prompts and cfg.chunk_size == a.prompts
+            assert list(cfg.temperatures) == list(a.temperatures) and cfg.vllm.dtype == a.dtype
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=gc.grpo_overrides(a, tmp_path, use_vllm=not dry))
+        GlobalHydra.instance().clear()
+        assert cfg.model.name == a.model_preset and cfg.model.path == str(tmp_path)
+        assert cfg.method.name == "pspo" and cfg.trainer.max_steps == a.grpo_steps
+        assert cfg.trainer.use_vllm is (not dry) and cfg.trainer.vllm_mode == "colocate"
+        if not dry:
+            assert cfg.model.arch.hidden_size == 896 and cfg.model.arch.vocab_size == 151936
+
+
+def test_figures_summaries():
+    leg = {
+        "figures": {
+            "step_s": [4.0, 2.0, 2.0],
+            "profiling_s": {"vLLM.generate": [1.0, 0.5], "sync_weights": [0.5]},
+        }
+    }
+    gc.grpo_figures(leg)
+    s = leg["summary"]
+    assert s["steps"] == 3 and s["mean_step_s_after_first"] == 2.0 and s["generation_share"] == 0.25
+
+
+def test_real_architecture_is_qwen2p5_0p5b():
+    arch = gc.model_arch("qwen2p5_0p5b", dry_run=False)
+    assert {k: arch[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads")} == {
+        "hidden_size": 896,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+    }
+    assert (arch["num_key_value_heads"], arch["intermediate_size"], arch["vocab_size"]) == (2, 4864, 151936)
+    assert arch["tie_word_embeddings"] is True
+
+
+@pytest.mark.slow
+def test_dry_run_end_to_end(tmp_path, data_dir):
+    """Build + hf evaluation + one GRPO step on CPU; vLLM legs are skipped (or run, in .venv-vllm)."""
+    out = tmp_path / "gpu_check.json"
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry-run", "--out", str(out)]
+        + ["--work-dir", str(tmp_path / "work"), "--prompts", "2", "--temperatures", "0,0.8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    report = json.loads(out.read_text())
+    assert res.returncode == 0, (res.stdout[-2000:], json.dumps(report["legs"], indent=1)[-4000:])
+    assert report["finished"] and report["dry_run"] and report["schema_version"] == 1
+    assert report["model"]["params"] > 0 and report["model"]["arch"]["vocab_size"] == gc.DRY_VOCAB
+    hf = report["legs"]["eval_hf"]
+    assert hf["status"] == "ok" and hf["throughput"]["sequences"] == 2 + 2 * 2
+    assert hf["figures"]["engine_start_s"] >= 0
+    grpo = report["legs"]["grpo"]
+    assert grpo["status"] == "ok" and grpo["use_vllm"] is False
+    assert grpo["summary"]["steps"] == 1 and 0 < grpo["summary"]["generation_share"] < 1
+    vl = report["legs"]["eval_vllm"]
+    assert vl["status"] == ("ok" if importlib.util.find_spec("vllm") else "skipped")
