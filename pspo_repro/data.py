@@ -54,6 +54,11 @@ class DatasetSpec:
     rows: dict[str, RowFn]  # split -> row converter
     hub: dict[str, Callable[[], Iterable[dict[str, Any]]]] = field(default_factory=dict)
     hub_names: dict[str, str] = field(default_factory=dict)  # split -> hub id, for messages
+    # True: ``hub`` is a local generator (no network), used when PSPO_DATA_DIR lacks the file. Only for
+    # datasets that are defined by code (synthetic); a real benchmark's missing file stays an error.
+    generated: bool = False
+    # A fixed validation split (load_train_val): validation rows come from it, never from ``train``.
+    val_split: str | None = None
 
 
 DATASETS: dict[str, DatasetSpec] = {}
@@ -316,11 +321,15 @@ def load_problems(name: str, split: str = "test") -> list[Problem]:
                 f"dataset {name!r} split {split!r} has no offline file under PSPO_DATA_DIR={root}"
             )
         path = root / spec.files[split]
-        if not path.is_file():
+        if path.is_file():
+            problems = [row_fn(row, str(path), lineno) for lineno, row in read_jsonl(path)]
+            problems = [p for p in problems if p is not None]
+            source = str(path)
+        elif spec.generated and split in spec.hub:  # defined by code: generate it in memory instead
+            source = spec.hub_names.get(split, name)
+            problems = [row_fn(dict(row), source, i + 1) for i, row in enumerate(spec.hub[split]())]
+        else:
             raise DataError(f"dataset file not found: {path} (PSPO_DATA_DIR={root})")
-        problems = [row_fn(row, str(path), lineno) for lineno, row in read_jsonl(path)]
-        problems = [p for p in problems if p is not None]
-        source = str(path)
     else:
         if split not in spec.hub:
             raise DataError(f"dataset {name!r} split {split!r} needs PSPO_DATA_DIR (no hub source)")
@@ -351,8 +360,19 @@ def load_train_val(
     Validation is ``range(n_train, len - 1)`` by default, as in the authors' code (472 GSM8K rows: it
     drops the last one); ``n_val`` caps it. The permutation is ``np.random.default_rng(seed)``'s, which
     is what ``datasets.Dataset.shuffle(seed=seed)`` uses, so the split matches the authors' rows.
+
+    A dataset with a fixed validation split (``DatasetSpec.val_split``, e.g. synthetic) takes its
+    validation rows from that split in file order (the same rows for every seed) and only shuffles
+    the train split, so RL never validates on rows an SFT stage was fitted on.
     """
     problems = load_problems(name, "train")
+    spec = get_spec(name)
+    if spec.val_split is not None:
+        if not 0 < n_train <= len(problems):
+            raise DataError(f"n_train={n_train} must be in (0, {len(problems)}] for {name!r}")
+        order = np.random.default_rng(seed).permutation(len(problems))
+        val = load_problems(name, spec.val_split)
+        return [problems[i] for i in order[:n_train]], (val[:n_val] if n_val is not None else val)
     if not 0 < n_train < len(problems) - 1:
         raise DataError(f"n_train={n_train} must be in (0, {len(problems) - 1}) for {name!r}")
     order = np.random.default_rng(seed).permutation(len(problems))
@@ -361,3 +381,7 @@ def load_train_val(
     if n_val is not None:
         val = val[:n_val]
     return shuffled[:n_train], val
+
+
+# Code-defined datasets register themselves on import; imported last (synthetic imports this module).
+from pspo_repro import synthetic as _synthetic  # noqa: E402,F401

@@ -251,6 +251,8 @@ def register() -> None:
             rows={s: _row_fn(s) for s in SPLITS},
             hub={s: _generated_rows(s) for s in SPLITS},
             hub_names={s: f"pspo_repro.synthetic (seed 0, {DEFAULT_SIZES[s]} rows)" for s in SPLITS},
+            generated=True,  # no synthetic/*.jsonl under PSPO_DATA_DIR: generate the split in memory
+            val_split="validation",  # RL validates on rows SFT never saw
         ),
     )
 
