@@ -91,14 +91,21 @@ def test_multirun_is_one_array_and_completes(slurm_env, tmp_path):
     )
     arrays = {name.split("_")[0] for name in folders}
     assert len(folders) == 3 and len(arrays) == 1, folders
-    states = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", arrays.pop()],
-        env=slurm_env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert len(states) == 3 and all(s.endswith("|COMPLETED") for s in states), states
+    # slurmctld sends job records to slurmdbd asynchronously: give accounting a few seconds to catch up.
+    deadline = time.monotonic() + 30
+    while True:
+        states = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", next(iter(arrays))],
+            env=slurm_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        done = len(states) == 3 and all(s.endswith("|COMPLETED") for s in states)
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert done, states
 
 
 @pytest.mark.parametrize(
