@@ -149,9 +149,12 @@ class SlurmLauncher(_StockSlurmLauncher):
             f"  job log: {_job_logs(job)}",
         ]
         if pending:
-            ids = " ".join(j.job_id for j in pending.values())
+            ids = [j.job_id for j in pending.values()]
+            arrays = {i.split("_")[0] for i in ids}
+            stop = " ".join(sorted(arrays)) if len(arrays) == 1 else " ".join(ids)  # one array: its id
             lines.append(
-                f"  {len(pending)} other job(s) of the sweep keep running ({ids}); their results land in "
-                f"their own folders. Stop them with: scancel {ids}"
+                f"  {len(ids)} other job(s) of the sweep keep running ({' '.join(ids[:8])}"
+                f"{' ...' if len(ids) > 8 else ''}); they write to their own run folders. "
+                f"Let them finish (squeue) before rerunning the same command, or stop them: scancel {stop}"
             )
         return "\n".join(lines)
