@@ -19,11 +19,9 @@ import hashlib
 import json
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from pspo_repro import grading
 from pspo_repro.atomic import atomic_open, write_json
 from pspo_repro.data import DataError, Problem, get_spec, load_benchmark
 from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.provenance import git_sha, package_versions
 from pspo_repro.redact import redact
 from pspo_repro.stats import majority_vote, pass_at_k
 
@@ -230,36 +229,6 @@ def rows_sha256(problems: list[Problem]) -> str:
 def n_for(temperature: float, n_samples: int) -> int:
     """One sample at T = 0 (greedy), ``n_samples`` above."""
     return 1 if temperature == 0 else n_samples
-
-
-def versions() -> dict[str, str | None]:
-    """Installed versions of the packages that change results."""
-    out: dict[str, str | None] = {"python": sys.version.split()[0]}
-    for pkg in ("torch", "transformers", "trl", "vllm", "math-verify", "datasets"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
-
-
-def git_sha() -> str | None:
-    """The project's HEAD commit, or None outside a git checkout."""
-    try:
-        res = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-        return res.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-# ---------------------------------------------------------------- grading and metrics
 
 
 def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
@@ -571,7 +540,7 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
         "run_dir": target.run_dir,
         # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
         "config": redact(OmegaConf.to_container(cfg, resolve=True)),
-        "versions": versions(),
+        "versions": package_versions(),
         "git_sha": git_sha(),
         "per_prompt": per_prompt,
         "metrics": cell_metrics(per_prompt),

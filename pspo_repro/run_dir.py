@@ -11,16 +11,14 @@ import hashlib
 import json
 import logging
 import re
-import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.atomic import write_json, write_text
-from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.paths import results_dir
 from pspo_repro.redact import redact
 
 # Trainer keys that change how a run is observed or stored, not what it learns: never in the tag, and
@@ -38,7 +36,6 @@ INFRA_TRAINER_KEYS = frozenset(
 )
 _MAX_TAG = 48
 log = logging.getLogger("pspo_repro.train")
-PACKAGES = ("torch", "transformers", "trl", "accelerate", "hydra-core", "vllm", "deepspeed", "math-verify")
 
 
 def _fmt(value: Any) -> str:
@@ -77,28 +74,6 @@ def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:
     keep = {k: resolved.get(k) for k in ("model", "method", "reward", "data", "seed", "run_tag")}
     keep["trainer"] = {k: v for k, v in resolved.get("trainer", {}).items() if k not in INFRA_TRAINER_KEYS}
     return keep
-
-
-def git_sha() -> str | None:
-    """The project's current commit, or None outside a git checkout."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def versions() -> dict[str, str | None]:
-    """Installed versions of the packages that decide a run's numbers (None if absent)."""
-    found: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
 
 
 def read_run_json(folder: Path) -> dict[str, Any] | None:

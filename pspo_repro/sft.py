@@ -21,7 +21,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.atomic import write_json
-from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.paths import results_dir
+from pspo_repro.provenance import git_sha, package_versions
 
 log = logging.getLogger(__name__)
 MARKER = "sft.json"
@@ -144,23 +144,6 @@ def greedy_accuracy(
 # ---------------------------------------------------------------- the stage
 
 
-def _versions() -> dict[str, str]:
-    import torch
-    import transformers
-    import trl
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
-
-
-def _git_sha() -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def _identity(cfg: DictConfig) -> dict[str, Any]:
     """The settings that determine the checkpoint (not where it goes or how fast it runs)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -263,8 +246,8 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         # time on a shared machine says more about the neighbours than about the stage).
         "cpu_seconds": round(time.process_time() - cpu0, 1),
         "val": val,
-        "versions": _versions(),
-        "git_sha": _git_sha(),
+        "versions": package_versions(),
+        "git_sha": git_sha(),
         "torch_threads": torch.get_num_threads(),
     }
     write_json(marker, record)  # last: its presence means the checkpoint is complete

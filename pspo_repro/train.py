@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.provenance import git_sha, package_versions
 from pspo_repro.redact import redact
 from pspo_repro.run_dir import (
     identity_config,
@@ -25,7 +26,6 @@ from pspo_repro.run_dir import (
     run_folder,
     tag_from_overrides,
     truncate_metrics,
-    versions,
     write_run_json,
 )
 
@@ -353,8 +353,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         "overrides": list(overrides),
         "identity": identity,
         "config": resolved,
-        "git_sha": _git_sha(),
-        "versions": versions(),
+        "git_sha": git_sha(),
+        "versions": package_versions(),
         "resumed_from": str(resume) if resume else None,
         "started_at": (previous or {}).get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "best_checkpoint": None,
@@ -412,12 +412,6 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
     )
     return folder
-
-
-def _git_sha():
-    from pspo_repro.run_dir import git_sha
-
-    return git_sha()
 
 
 def _hydra_overrides() -> list[str]:
