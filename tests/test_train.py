@@ -97,7 +97,7 @@ def _cli(args, results_root, **env):
     ("args", "expected"),
     [
         (["method=nope"], "error: unknown method 'nope'; options: cispo, clip,"),
-        (["model=gpt9"], "error: unknown model 'gpt9'; options: qwen2_math_1p5b, qwen2p5_0p5b"),
+        (["model=gpt9"], "error: unknown model 'gpt9'; options: mini_sft, qwen2_math_1p5b, qwen2p5_0p5b"),
         (["reward=nope"], "error: unknown reward 'nope'; options: "),
         (["data=nope"], "error: unknown data 'nope'; options: gsm8k, math"),
         (["model=tiny", "method.alpha=-1"], "error: method 'pspo': parameter alpha=-1 is invalid"),
