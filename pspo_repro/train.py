@@ -4,6 +4,7 @@ Order of work, so that bad input costs nothing: check group names on the command
 exit 2), compose, validate the method's hyperparameters, rewards, dataset and trainer settings, load the
 data, and only then create the run folder and load the model. Torch/TRL are imported after validation.
 A finished run folder is reported and skipped; an unfinished one resumes from its last checkpoint.
+With several processes (``accelerate launch``) only the main one writes run.json and prints.
 """
 
 from __future__ import annotations
@@ -283,6 +284,12 @@ def _setup_logger(cfg: DictConfig, folder: Path) -> None:
     os.environ["WANDB_DIR"] = str(folder)
 
 
+def is_main_process() -> bool:
+    """Global rank 0, or a plain single process. ``RANK`` is set for every process by torchrun,
+    ``accelerate launch`` and the DeepSpeed launcher; read before the Trainer sets up torch.distributed."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
     """Train one run described by a composed config; returns its folder (None for a dry run)."""
     if overrides is None:
@@ -304,9 +311,10 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
                 f"{folder} holds a run with a different configuration; set run_tag=... or remove the folder"
             )
         if previous.get("status") == "finished":
-            print(
-                f"finished already: {folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
-            )
+            if is_main_process():
+                print(
+                    f"finished already: {folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
+                )
             return folder
     if cfg.get("dry_run"):
         print(OmegaConf.to_yaml(cfg, resolve=True))
@@ -341,7 +349,9 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
     folder.mkdir(parents=True, exist_ok=True)
     resume = last_checkpoint(folder)
     step0 = int(resume.name.split("-")[1]) if resume else 0
-    truncate_metrics(folder / "metrics.jsonl", step0)
+    main_process = is_main_process()  # only it writes run.json and metrics.jsonl
+    if main_process:
+        truncate_metrics(folder / "metrics.jsonl", step0)
     record = {
         "schema_version": 1,
         "model": cfg.model.name,
@@ -361,7 +371,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         "final_step": step0,
         "num_tokens": None,
     }
-    write_run_json(folder, record)
+    if main_process:
+        write_run_json(folder, record)
     _setup_logger(cfg, folder)
 
     model = load_model(cfg.model, tokenizer, use_cuda)
@@ -389,7 +400,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except NonFiniteError as exc:
-        write_run_json(folder, {**record, "status": "failed", "error": str(exc)})
+        if trainer.is_world_process_zero():
+            write_run_json(folder, {**record, "status": "failed", "error": str(exc)})
         raise UsageError(str(exc)) from None
 
     state = trainer.state
@@ -407,10 +419,11 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         if stopped_early
         else ("token_budget" if budget and budget.reached else "max_steps"),
     )
-    write_run_json(folder, record)
-    print(
-        f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
-    )
+    if trainer.is_world_process_zero():
+        write_run_json(folder, record)
+        print(
+            f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
+        )
     return folder
 
 

@@ -122,3 +122,12 @@ def test_tag_is_stable_and_ignores_infra_keys():
         _compose(["model=tiny", "trainer.learning_rate=1e-6"]), ["trainer.learning_rate=1e-6"]
     ) == ("learning_rate1e-06")
     assert tag_from_overrides(_compose(["model=tiny"]), ["trainer.stop_after_step=2"]) == ""
+
+
+def test_main_process_is_global_rank_0(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    assert train.is_main_process()  # a plain single process
+    monkeypatch.setenv("RANK", "0")
+    assert train.is_main_process()
+    monkeypatch.setenv("RANK", "1")  # another rank of accelerate launch / torchrun: writes nothing
+    assert not train.is_main_process()
