@@ -448,6 +448,10 @@ def summary(root: Path, timings: dict[str, Any]) -> str:
 @hydra.main(config_path="../conf", config_name="mini", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     """Hydra entry point: ``python -m pspo_repro.mini [key=value ...]``."""
+    import signal
+
+    # SIGTERM (a `kill`, a scheduler) unwinds like Ctrl-C, so run_jobs stops its own children.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         timings = run_pipeline(cfg)
     except StageError as exc:
