@@ -4,11 +4,14 @@ Order of work, so that bad input costs nothing: check group names on the command
 exit 2), compose, validate the method's hyperparameters, rewards, dataset and trainer settings, load the
 data, and only then create the run folder and load the model. Torch/TRL are imported after validation.
 A finished run folder is reported and skipped; an unfinished one resumes from its last checkpoint.
-With several processes (``accelerate launch``) only the main one writes run.json and prints.
+One process at a time trains a run folder (an exclusive lock on ``<run>/.lock``; a second one fails at
+once). With several processes (``accelerate launch``) only the main one writes run.json and prints.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import sys
@@ -290,8 +293,38 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0") or 0) == 0
 
 
+@contextlib.contextmanager
+def run_folder_lock(folder: Path):
+    """Hold an exclusive ``flock`` on ``<folder>/.lock`` (created with the folder) for the ``with`` block.
+
+    Taken without waiting: a second process training the same folder gets a UsageError at once instead
+    of two jobs writing one run. The kernel drops the lock when the holder exits, however it ends.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"{folder} is being trained by another process (it holds {folder / '.lock'}); "
+                "wait for that job to end before rerunning"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
-    """Train one run described by a composed config; returns its folder (None for a dry run)."""
+    """Train one run described by a composed config; returns its folder (None for a dry run).
+
+    Everything after validation runs under ``run_folder_lock`` (taken by the main process only).
+    """
+    with contextlib.ExitStack() as locks:
+        return _run(cfg, overrides, locks)
+
+
+def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitStack) -> Path | None:
     if overrides is None:
         overrides = _hydra_overrides()
     apply_per_method(cfg, overrides)
@@ -303,6 +336,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
     resolved.pop("per_method", None)
     resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
     identity = identity_config(resolved)
+    if not cfg.get("dry_run") and is_main_process():
+        locks.enter_context(run_folder_lock(folder))
 
     previous = read_run_json(folder)
     if previous is not None:

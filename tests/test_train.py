@@ -131,3 +131,27 @@ def test_main_process_is_global_rank_0(monkeypatch):
     assert train.is_main_process()
     monkeypatch.setenv("RANK", "1")  # another rank of accelerate launch / torchrun: writes nothing
     assert not train.is_main_process()
+
+
+def test_second_process_on_the_same_run_folder_fails_at_once(results_root, no_model_load, monkeypatch):
+    cfg = _compose(["model=tiny"])
+    folder = train.run_folder(cfg, "")
+    with train.run_folder_lock(folder):  # another job training this folder
+        with pytest.raises(UsageError, match=rf"^{folder} is being trained by another process"):
+            train.run(cfg, [])
+    assert not (folder / "run.json").exists()
+    with pytest.raises(AssertionError, match="a model was loaded"):  # released: the next run goes on
+        train.run(cfg, [])
+    monkeypatch.setenv("RANK", "1")  # a non-main rank of a multi-process launch takes no lock
+    with train.run_folder_lock(folder), pytest.raises(AssertionError, match="a model was loaded"):
+        train.run(cfg, [])
+
+
+def test_cli_locked_run_folder_one_line_exit_2(results_root):
+    cfg = _compose(["model=tiny"])
+    with train.run_folder_lock(train.run_folder(cfg, "")):
+        proc = _cli(["model=tiny"], results_root)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "is being trained by another process" in lines[0], proc.stderr
+    assert lines[0].startswith(f"error: {results_root}/runs/tiny/pspo/seed0 "), proc.stderr
