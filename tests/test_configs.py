@@ -23,7 +23,7 @@ def compose_train():
 
 def test_groups_match_registries():
     assert METHODS == list_methods()
-    assert set(MODELS) == {"tiny", "qwen2p5_0p5b", "qwen2p5_1p5b", "qwen2_math_1p5b"}
+    assert set(MODELS) == {"tiny", "mini_sft", "qwen2p5_0p5b", "qwen2p5_1p5b", "qwen2_math_1p5b"}
 
 
 @pytest.mark.parametrize("model", MODELS)
