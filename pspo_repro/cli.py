@@ -1,5 +1,11 @@
 """Shared command-line helpers: bad input ends as one ``error: ...`` line and exit status 2.
 
+Inside a multirun job that a launcher runs away from the driver process (``-m hydra/launcher=slurm``;
+any launcher but ``basic``) ``fail`` raises ``UsageError`` with that line instead of exiting, so the
+launcher reports the job as failed with the message (the Slurm driver: "failed (the task raised):
+UsageError: ...") rather than a job that died without a result. The basic launcher runs jobs in the
+driver itself, where one line and exit 2 is what the user sees, as in a single run.
+
 Hydra reports a bad override (a typo in a key, a wrong type) in five lines ending with a hint about
 ``HYDRA_FULL_ERROR``; ``precheck_overrides`` composes the config first and turns that into one line that
 names the override. No torch imports.
@@ -13,9 +19,29 @@ from pathlib import Path
 USAGE_EXIT = 2
 
 
+class UsageError(ValueError):
+    """Bad user input: reported as one line ``error: ...`` with exit status 2, no traceback."""
+
+
+def in_launcher_job() -> bool:
+    """True inside a Hydra multirun job of a launcher other than ``basic`` (e.g. submitit's Slurm jobs)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:
+        return False
+    if not HydraConfig.initialized():
+        return False
+    hc = HydraConfig.get()
+    return hc.mode == RunMode.MULTIRUN and hc.runtime.choices.get("hydra/launcher") != "basic"
+
+
 def fail(message: str) -> None:
-    """Print ``error: <message>`` (newlines folded, so it stays one line) and exit with status 2."""
+    """Print ``error: <message>`` (newlines folded, so it stays one line) and exit with status 2; in a
+    launcher job raise ``UsageError(<message>)`` instead (see the module doc)."""
     one_line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    if in_launcher_job():
+        raise UsageError(one_line) from None
     print(f"error: {one_line}", file=sys.stderr, flush=True)
     sys.exit(USAGE_EXIT)
 

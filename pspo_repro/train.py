@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.cli import UsageError, fail
 from pspo_repro.provenance import git_sha, package_versions
 from pspo_repro.redact import redact
 from pspo_repro.run_dir import (
@@ -47,10 +48,6 @@ CHOICE_GROUPS = (
     "experiment",
     "hparams_search",
 )
-
-
-class UsageError(ValueError):
-    """Bad user input: reported as one line ``error: ...`` with exit status 2, no traceback."""
 
 
 # ---------------------------------------------------------------- validation (no torch)
@@ -474,9 +471,8 @@ def _hydra_overrides() -> list[str]:
 def _task(cfg: DictConfig) -> None:
     try:
         run(cfg)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    except UsageError as exc:  # one line and exit 2; a launcher job (Slurm) raises it
+        fail(str(exc))
 
 
 def main() -> None:
@@ -484,8 +480,7 @@ def main() -> None:
     try:
         check_group_choices(sys.argv[1:])
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(exc))
     from pspo_repro.cli import precheck_overrides
 
     precheck_overrides(CONF_DIR, "train", sys.argv[1:])  # a typo in a key: one line, not Hydra's five

@@ -155,3 +155,34 @@ def test_cli_locked_run_folder_one_line_exit_2(results_root):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "is being trained by another process" in lines[0], proc.stderr
     assert lines[0].startswith(f"error: {results_root}/runs/tiny/pspo/seed0 "), proc.stderr
+
+
+@pytest.mark.parametrize(("launcher", "raises"), [("slurm", True), ("basic", False)])
+def test_bad_input_in_a_launcher_job_raises_the_one_line(results_root, no_model_load, launcher, raises):
+    """A Slurm job's bad input raises (the driver prints "the task raised: UsageError: <line>"); the
+    basic launcher runs jobs in the driver, which keeps the single run's ``error: ...`` + exit 2."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import open_dict
+
+    overrides = ["model=tiny", "method.alpha=-1", f"hydra/launcher={launcher}"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.MULTIRUN
+        cfg.hydra.overrides.task = overrides[:2]
+    HydraConfig.instance().set_config(cfg)
+    try:
+        with open_dict(cfg):
+            del cfg["hydra"]  # the task sees the config without it, as under Hydra
+        expected = (
+            (UsageError, r"^method 'pspo': parameter alpha=-1 is invalid") if raises else (SystemExit, "2")
+        )
+        with pytest.raises(expected[0], match=expected[1]) as err:
+            train._task(cfg)
+        if raises:
+            assert err.value.__cause__ is None and err.value.__suppress_context__
+    finally:
+        HydraConfig.instance().cfg = None
+        GlobalHydra.instance().clear()
