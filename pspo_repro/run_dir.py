@@ -32,6 +32,9 @@ INFRA_TRAINER_KEYS = frozenset(
         "log_completions",
         "save_steps",
         "skip_nonfinite",  # how a failure is handled: switching it on to get past a NaN reopens the run
+        "vllm_server_host",  # where the generation server listens, not what is learned
+        "vllm_server_port",
+        "vllm_server_base_url",
     }
 )
 _MAX_TAG = 48

@@ -265,6 +265,9 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
         use_vllm=t.use_vllm,
         vllm_mode=t.vllm_mode,
         vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization,
+        vllm_server_host=t.get("vllm_server_host", "0.0.0.0"),
+        vllm_server_port=t.get("vllm_server_port", 8000),
+        vllm_server_base_url=t.get("vllm_server_base_url"),
         vllm_importance_sampling_correction=t.vllm_importance_sampling_correction,
     )
     if t.get("steps_per_generation"):

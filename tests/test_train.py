@@ -186,3 +186,22 @@ def test_bad_input_in_a_launcher_job_raises_the_one_line(results_root, no_model_
     finally:
         HydraConfig.instance().cfg = None
         GlobalHydra.instance().clear()
+
+
+def test_vllm_server_address_reaches_grpo_config_and_not_the_tag(tmp_path):
+    from pspo_repro.run_dir import identity_config, tag_from_overrides
+
+    ov = ["trainer.vllm_server_host=10.1.2.3", "trainer.vllm_server_port=8123"]
+    cfg = _compose(["model=tiny", *ov])
+    args = train._grpo_config(cfg, tmp_path / "runs" / "tiny" / "pspo" / "seed0", train.validate(cfg), False)
+    assert (args.vllm_server_host, args.vllm_server_port, args.vllm_server_base_url) == (
+        "10.1.2.3",
+        8123,
+        None,
+    )
+    default = train._grpo_config(
+        _compose(["model=tiny"]), tmp_path / "a" / "b" / "c", train.validate(cfg), False
+    )
+    assert (default.vllm_server_host, default.vllm_server_port) == ("0.0.0.0", 8000)  # TRL's defaults
+    assert tag_from_overrides(cfg, ov) == ""  # where the server listens is not what the run learns
+    assert "vllm_server_port" not in identity_config({"trainer": dict(cfg.trainer)})["trainer"]
