@@ -5,10 +5,14 @@ tiny model ``pspo_repro.tiny_model.tiny_model_path()``. ``random_init: true`` bu
 stored in the yaml (``arch``) with random weights instead: with no hub, it is how real-size runs measure
 speed and memory; such a model is never used for accuracy. Its tokenizer is ``tokenizer`` if given, else
 the tiny tokenizer (its ids are a subset of Qwen's vocabulary size, so the embedding table stays real-size).
+TRL's colocated vLLM builds its engine from ``model.name_or_path``, which a config-built model lacks:
+``save_random_init`` stores such a model + tokenizer in the run folder and points ``name_or_path`` there.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +83,31 @@ def load_model(model_cfg: Any, tokenizer, use_cuda: bool):
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+RANDOM_INIT_DIR = "random_init_model"
+
+
+def save_random_init(model, tokenizer, run_folder: Path) -> Path:
+    """Save a randomly initialised ``model`` + ``tokenizer`` to ``<run_folder>/random_init_model/``
+    (safetensors) and set ``model.name_or_path`` to it, so TRL's colocated vLLM can load the architecture.
+
+    The folder appears whole or not at all (written beside it, then renamed): an existing one is reused,
+    and when several processes of one launch race, the first rename wins and the others drop theirs.
+    Its weights matter little: TRL copies the policy's weights into vLLM before the first generation.
+    """
+    target = Path(run_folder) / RANDOM_INIT_DIR
+    if not (target / "config.json").is_file():
+        tmp = target.with_name(f".{RANDOM_INIT_DIR}.{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process renamed its copy first
+            if not (target / "config.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    model.config.name_or_path = str(target)
+    model.name_or_path = str(target)  # a plain attribute in transformers 5 (copied from the config at init)
+    return target

@@ -367,7 +367,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         StopAfterStepCallback,
         TokenBudgetCallback,
     )
-    from pspo_repro.models import load_model, load_tokenizer
+    from pspo_repro.models import load_model, load_tokenizer, save_random_init
     from pspo_repro.rewards import get_reward
     from pspo_repro.trainer import MethodGRPOTrainer
 
@@ -411,6 +411,8 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     _setup_logger(cfg, folder)
 
     model = load_model(cfg.model, tokenizer, use_cuda)
+    if cfg.model.get("random_init") and t.use_vllm and t.vllm_mode == "colocate":
+        save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
     args = _grpo_config(cfg, folder, method, use_cuda)
     # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
     nonfinite = NonFiniteCallback(folder, skip=bool(t.get("skip_nonfinite", False)))
