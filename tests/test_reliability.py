@@ -32,6 +32,7 @@ ALLOWED = {
     ("plots.py", "fig.savefig(fh"): "into an atomic_open handle",
     ("aggregate.py", "to_csv(index=False)"): "to a string; written atomically by write_outputs",
     ("mini.py", 'open(job.log, "w")'): "a stage's streaming subprocess log (work/logs/), not a result",
+    ("models.py", "save_pretrained(tmp"): "random_init model saved to a temp folder, then renamed into place",
 }
 
 
