@@ -322,7 +322,9 @@ def ablation_table(
         else ""
     )
     caption = (
-        f"{names.method(method)} {param} ablation: mean validation reward ({metric}) at the final step, "
+        f"{names.method(method)} {param} ablation: mean validation reward ({metric}) at "
+        + (f"step {step}" if step is not None else "the final step")
+        + ", "
         f"{confidence * 100:g}% Student t interval over seeds (t_seeds, n = {expected_seeds} seeds per cell"
         + (f", t = {t:.3f}" if expected_seeds > 1 else "")
         + f"){why}. Bold: best per model. {SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval."
