@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.atomic import write_json
 from pspo_repro.paths import PROJECT_ROOT, results_dir
+from pspo_repro.sft import PROGRESS
 
 log = logging.getLogger("pspo_repro.mini")
 STAGES = ("data", "sft", "rl", "eval", "aggregate")
@@ -325,7 +326,7 @@ def aggregate_cmd(cfg: DictConfig, root: Path) -> list[str]:
 # ---------------------------------------------------------------- the pipeline
 
 
-def _bar(total: int, desc: str, unit: str):
+def _bar(total: int | None, desc: str, unit: str):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit)
@@ -343,8 +344,21 @@ def do_sft(cfg: DictConfig, root: Path) -> dict[str, Any]:
     """Stage 2: the base model (``pspo_repro.sft`` skips itself when its marker matches)."""
     job = Job("sft", sft_cmd(cfg, root), log=root / "work" / "logs" / "sft.log")
     marker = root / "work" / "sft" / "sft.json"
-    with _bar(1, "sft", "stage") as bar:
-        run_jobs([job], 1, child_env(cfg, root, int(cfg.sft.threads)), bar, lambda: int(marker.is_file()))
+    progress_file = root / "work" / "sft" / PROGRESS
+
+    def progress() -> int:  # training steps from the SFT process's progress file; total once it is known
+        if marker.is_file():
+            bar.total = max(bar.total or 0, bar.n, 1)
+            return bar.total
+        try:
+            p = json.loads(progress_file.read_text())
+        except (OSError, ValueError):
+            return 0
+        bar.total = int(p["max_steps"]) + 1  # + 1: the greedy validation after training
+        return int(p["step"])
+
+    with _bar(None, "sft", "step") as bar:
+        run_jobs([job], 1, child_env(cfg, root, int(cfg.sft.threads)), bar, progress)
     return {"val_accuracy": json.loads(marker.read_text())["val"]["accuracy"]}
 
 

@@ -150,6 +150,22 @@ def _identity(cfg: DictConfig) -> dict[str, Any]:
     return {k: resolved[k] for k in ("seed", "data", "model", "prompt_template", "train")}
 
 
+PROGRESS = "progress.json"  # {"step", "max_steps"} while training: the mini orchestrator's bar reads it
+
+
+def progress_callback(path: Path, every: int = 10):
+    """A TrainerCallback that writes ``{"step", "max_steps"}`` to ``path`` every ``every`` steps and at
+    the end, so a parent process can show a step bar for this subprocess (atomic writes)."""
+    from transformers import TrainerCallback
+
+    class _Progress(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % every == 0 or state.global_step == state.max_steps:
+                write_json(path, {"step": state.global_step, "max_steps": state.max_steps})
+
+    return _Progress()
+
+
 def run_sft(cfg: DictConfig) -> dict[str, Any]:
     """Train (unless already finished), save the checkpoint, measure greedy validation accuracy."""
     out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else default_out_dir()
@@ -213,6 +229,7 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         args=args,
         train_dataset=sft_dataset(splits["train"], cfg.prompt_template),
         processing_class=tokenizer,
+        callbacks=[progress_callback(out_dir / PROGRESS)],
     )
     train_out = trainer.train()
     train_s = time.time() - t0

@@ -77,6 +77,8 @@ def test_reduced_sft_end_to_end(results_root, tiny_model_dir):
     model_dir = Path(record["checkpoint"])
     assert model_dir == out / "model" and (model_dir / "model.safetensors").is_file()
     assert not (out / "trainer").exists()
+    # The progress file the mini orchestrator's step bar reads: the last step of max_steps.
+    assert json.loads((out / sft.PROGRESS).read_text()) == {"step": 4, "max_steps": 4}
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)

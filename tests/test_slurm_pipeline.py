@@ -161,3 +161,27 @@ def test_preempted_training_job_resumes_from_its_checkpoint(slurm_env, tmp_path,
     assert info["resumed_from"] and "checkpoint-" in info["resumed_from"], job_log[-3000:]
     steps = [json.loads(line)["step"] for line in (run.parent / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 61))  # resumed rows replace the lost ones, no duplicates
+
+
+def test_mini_pipeline_rl_grid_through_the_slurm_launcher(slurm_env, tmp_path):  # noqa: F811
+    """`python -m pspo_repro.mini rl.launcher=slurm` (reduced): the RL groups become Slurm jobs (one array
+    per multirun group), the other stages run locally, and the tables list the Slurm-trained runs."""
+    from test_mini import SMOKE
+
+    root = tmp_path / "mini"
+    launcher = [o for o in LOCAL if o.startswith("hydra.launcher.")]
+    cmd = [sys.executable, "-m", "pspo_repro.mini", f"root={root}", *SMOKE, "rl.launcher=slurm"]
+    cmd += ["rl.overrides=[" + ",".join(f"'{o}'" for o in launcher) + "]"]
+    _run(cmd, dict(slurm_env, WANDB_MODE="disabled"), timeout=600)
+    hydra_dir = root / "work" / "hydra"
+    jobs = {p.relative_to(hydra_dir).parts[0] for p in hydra_dir.glob("rl-*/.submitit/*/*_log.out")}
+    assert jobs == {"rl-a", "rl-b"}, jobs
+    infos = [json.loads(p.read_text()) for p in root.glob("runs/mini_sft/*/seed0*/run.json")]
+    assert sorted((i["method"], i["tag"]) for i in infos) == [
+        ("clip", ""),
+        ("pspo", ""),
+        ("pspo", "alpha0.3"),
+    ]
+    assert all(i["status"] == "finished" for i in infos)
+    table = (root / "main_reward_acc.md").read_text()
+    assert "GRPO-clip" in table and "GR-PSPO" in table
