@@ -35,6 +35,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro import mini_committed
 from pspo_repro.atomic import write_json
 from pspo_repro.paths import PROJECT_ROOT, results_dir
 from pspo_repro.sft import PROGRESS
@@ -407,6 +408,8 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
     unknown = [s for s in wanted if s not in STAGES]
     if unknown:
         raise StageError(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
+    if {"rl", "eval"} & set(wanted):
+        mini_committed.set_aside(root)
     timings_path = root / "timings.json"
     previous = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
     timings: dict[str, Any] = {
@@ -429,6 +432,9 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
         timings["stages"][stage] = rec
     timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
     timings["total_seconds"] = round(sum(s["seconds"] for s in timings["stages"].values()), 1)
+    committed = mini_committed.committed_dir(root)
+    if committed.is_dir() and "aggregate" in wanted:
+        timings["vs_committed"] = mini_committed.compare(committed, root)
     write_json(timings_path, timings)
     return timings
 
@@ -448,6 +454,10 @@ def summary(root: Path, timings: dict[str, Any]) -> str:
         f"  {'total':<10} {timings['total_seconds']:>7.1f} s "
         f"(this invocation {timings['this_invocation_seconds']:.1f} s)"
     )
+    if "vs_committed" in timings:
+        lines.append(
+            f"  {mini_committed.describe(timings['vs_committed'])} ({mini_committed.committed_dir(root)})"
+        )
     names = ("main_reward_acc.md", "temperature_reward_acc.png", "training_curves.png", "alpha_ablation.md")
     for name in (*names, "summary.md"):
         path = root / name

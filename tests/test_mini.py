@@ -4,12 +4,13 @@ end through the real entry points, then a rerun that skips every stage (slow: ab
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from pspo_repro import mini
+from pspo_repro import mini, mini_committed
 from pspo_repro.paths import PROJECT_ROOT
 
 # 32/8/8 problems, a 4-step SFT, 2 methods x 1 seed of ~2 rollouts (conf/experiment/mini_smoke.yaml),
@@ -92,3 +93,52 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert all(f"{s}: done already" in out for s in mini.STAGES)
     assert (root / "main_reward_acc.md").read_text() == before
+
+    # A fresh clone of the committed copy (results, no work/): everything is recomputed, not skipped as
+    # finished, and the new numbers equal the committed ones (CPU, one thread: deterministic).
+    shutil.rmtree(root / "work")
+    for ckpt in root.glob("runs/**/checkpoint-*"):  # checkpoints are not committed either
+        shutil.rmtree(ckpt)
+    capsys.readouterr()
+    timings = mini.run_pipeline(cfg)
+    out = capsys.readouterr().out
+    assert "done already" not in out
+    assert (root / "work" / "committed" / "runs").is_dir() and (root / "work" / "sft" / "model").is_dir()
+    vs = timings["vs_committed"]
+    assert vs["different"] == [] and vs["missing"] == [], vs
+    assert vs["identical"] == {"tables": 5, "runs": 3, "cells": 6}, vs
+    assert "matches the committed copy" in mini.summary(root, timings)
+
+
+def test_committed_copy_comparison_names_what_differs(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    for tree, reward in ((old, 0.5), (new, 0.25)):
+        cell = tree / "eval" / "m" / "clip" / "seed0" / "synthetic" / "T0.0.json"
+        cell.parent.mkdir(parents=True)
+        cell.write_text(json.dumps({"metrics": {"reward_acc": 0.5}, "per_prompt": [], "git_sha": str(tree)}))
+        run = tree / "runs" / "m" / "clip" / "seed0" / "metrics.jsonl"
+        run.parent.mkdir(parents=True)
+        run.write_text(json.dumps({"step": 1, "train/reward": reward, "train/step_time": reward}) + "\n")
+        for name in mini_committed.TABLES:
+            (tree / name).write_text("a,b\n1,2\n")
+    (new / "alpha_ablation.csv").unlink()
+    report = mini_committed.compare(old, new)
+    # Provenance (git_sha) and timings do not count; the reward and the missing table do.
+    assert report["identical"] == {"tables": 4, "runs": 0, "cells": 1}
+    assert report["different"] == ["runs/m/clip/seed0/metrics.jsonl"]
+    assert report["missing"] == ["alpha_ablation.csv"]
+    assert mini_committed.describe(report).startswith("differs from the committed copy")
+
+
+def test_set_aside_only_without_work_folder(tmp_path):
+    root = tmp_path / "mini"
+    (root / "runs").mkdir(parents=True)
+    (root / "main_reward_acc.md").write_text("x")
+    (root / "work").mkdir()
+    assert mini_committed.set_aside(root) is None  # the machine that made them: its markers count
+    (root / "work").rmdir()
+    dest = mini_committed.set_aside(root)
+    assert dest == root / "work" / "committed"
+    assert sorted(p.name for p in root.iterdir()) == ["work"]
+    assert sorted(p.name for p in dest.iterdir()) == ["main_reward_acc.md", "runs"]
+    assert mini_committed.set_aside(tmp_path / "empty") is None
