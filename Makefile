@@ -22,7 +22,7 @@ lint: env
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# The CPU mini-reproduction end to end (data -> sft -> rl -> eval -> aggregate; docs/mini.md): about 20
+# The CPU mini-reproduction end to end (data -> sft -> rl -> eval -> aggregate; docs/mini.md): about 15
 # minutes on 2 idle cores; finished stages are skipped on a rerun. Extra settings: make mini MINI_ARGS='...'.
 mini: env
 	$(PY) -m pspo_repro.mini $(MINI_ARGS)
