@@ -27,6 +27,7 @@ TIMING_WORDS = ("time", "runtime", "per_second")
 
 
 def committed_dir(root: Path) -> Path:
+    """Where ``set_aside`` puts the committed results of ``root``."""
     return root / "work" / COMMITTED
 
 
