@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 USAGE_EXIT = 2
 
@@ -92,6 +93,21 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
     finally:
         GlobalHydra.instance().clear()
     return None
+
+
+def compose_config(config_dir: Path, config_name: str, overrides: list[str], **kwargs: Any) -> Any:
+    """``config_name`` from ``config_dir`` composed with ``overrides`` outside a Hydra app (tests,
+    scripts); Hydra's global state is cleared before and after, so one composition never leaks into the
+    next. ``kwargs`` go to ``hydra.compose`` (e.g. ``return_hydra_config=True``)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            return compose(config_name=config_name, overrides=list(overrides), **kwargs)
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> None:

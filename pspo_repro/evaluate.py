@@ -609,15 +609,9 @@ def rewrite_overrides(argv: list[str]) -> list[str]:
 
 def compose_config(overrides: list[str]) -> Any:
     """The evaluate config for CLI-style overrides (for tests and scripts), without running Hydra's app."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from pspo_repro.cli import compose_config as compose_in
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name="evaluate", overrides=rewrite_overrides(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_in(CONF_DIR, "evaluate", rewrite_overrides(overrides))
 
 
 def main() -> None:

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from pspo_repro import aggregate, atomic
+from pspo_repro.cli import compose_config
 from pspo_repro.paths import PROJECT_ROOT
 from pspo_repro.results_io import ResultsError
 
@@ -111,14 +110,7 @@ def tree(results_root):
 @pytest.fixture
 def cfg_for():
     """Compose conf/aggregate.yaml with overrides (GlobalHydra cleared after, as the template does)."""
-
-    def compose_cfg(*overrides):
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=CONF, version_base=None):
-            return compose("aggregate", overrides=list(overrides))
-
-    yield compose_cfg
-    GlobalHydra.instance().clear()
+    return lambda *overrides: compose_config(CONF, "aggregate", list(overrides))
 
 
 GOLDEN_MAIN = """\

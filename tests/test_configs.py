@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
+from pspo_repro.cli import compose_config
 from pspo_repro.methods import list_methods
 from pspo_repro.train import CONF_DIR, UsageError, apply_per_method, check_group_choices, group_options
 
@@ -15,10 +14,7 @@ METHODS = group_options("method")
 
 @pytest.fixture
 def compose_train():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield lambda overrides=(): compose("train", overrides=list(overrides), return_hydra_config=True)
-    GlobalHydra.instance().clear()
+    return lambda overrides=(): compose_config(CONF_DIR, "train", list(overrides), return_hydra_config=True)
 
 
 def test_groups_match_registries():

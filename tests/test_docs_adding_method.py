@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pspo_repro import train
-from pspo_repro.cli import compose_error
+from pspo_repro.cli import compose_config, compose_error
 from pspo_repro.methods import RESERVED_KEYS, get_spec, list_methods, parse_method_config, registry
 from pspo_repro.paths import PROJECT_ROOT
 from pspo_repro.train import CONF_DIR, UsageError
@@ -127,8 +127,6 @@ def test_docs_command_validates_from_the_command_line(user_project, tmp_path):
 
 @pytest.mark.slow
 def test_docs_command_trains_two_steps(user_project, results_root, tiny_model_dir):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from safetensors.torch import load_file
 
     fast = [
@@ -142,13 +140,7 @@ def test_docs_command_trains_two_steps(user_project, results_root, tiny_model_di
     ov = [*command_overrides(user_project), *fast]
     assert "trainer.max_steps=2" in ov and "model=tiny" in ov
     train.check_group_choices(ov)
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("train", overrides=ov)
-    finally:
-        GlobalHydra.instance().clear()
-    folder = train.run(cfg, ov)
+    folder = train.run(compose_config(CONF_DIR, "train", ov), ov)
     assert folder.parent == results_root / "runs" / "tiny" / NAME  # seed0-<tag of the trainer overrides>
     run = json.loads((folder / "run.json").read_text())
     assert run["status"] == "finished" and run["final_step"] == 2

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pspo_repro.cli import compose_error
+from pspo_repro.cli import compose_config, compose_error
 from pspo_repro.paths import PROJECT_ROOT
 from pspo_repro.train import CONF_DIR
 
@@ -167,21 +167,13 @@ def test_methods_doc_shows_overrides():
 @pytest.mark.parametrize("override", methods_doc_overrides())
 def test_methods_doc_override_composes_and_validates(override, results_root):
     """What the CLI checks before training, in process: group choices, composition, method parameters."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
     from pspo_repro import train
 
     ov = shlex.split(override)
     train.check_group_choices(ov)
     assert compose_error(CONF_DIR, "train", ov) is None
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("train", overrides=ov)
-    finally:
-        GlobalHydra.instance().clear()
-    method = train.validate(cfg)
+    method = train.validate(compose_config(CONF_DIR, "train", ov))
     for item in ov[1:]:  # method.<key>=<value>: the value reaches the method's parameters
         key, value = item.split("=", 1)
         assert method.params[key.removeprefix("method.")] == float(value), item  # all numbers today

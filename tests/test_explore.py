@@ -10,9 +10,8 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
+from pspo_repro.cli import compose_config
 from pspo_repro.paths import PROJECT_ROOT
 
 CONF = str(PROJECT_ROOT / "conf")
@@ -32,12 +31,7 @@ def _cli(*overrides: str) -> subprocess.CompletedProcess:
 
 
 def _compose(*overrides: str):
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-            return compose("explore", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(CONF, "explore", list(overrides))
 
 
 def test_cli_reduced_run_passes_and_writes_readable_figures(tmp_path):

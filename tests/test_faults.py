@@ -51,17 +51,10 @@ def _env(results: Path, **extra) -> dict[str, str]:
 
 
 def _compose_train(overrides):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    from pspo_repro.cli import compose_config
     from pspo_repro.train import CONF_DIR
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose("train", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(CONF_DIR, "train", list(overrides))
 
 
 def _train_in_process(overrides, results: Path) -> Path:
@@ -409,16 +402,10 @@ def _agg_tree(root: Path, shift: float) -> None:
 
 
 def _aggregate_in_process(results: Path, out: Path) -> dict[str, bytes]:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     from pspo_repro import aggregate
+    from pspo_repro.cli import compose_config
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(PROJECT / "conf"), version_base=None):
-        cfg = compose("aggregate", overrides=[f"results_dir={results}", f"out_dir={out}"])
-    GlobalHydra.instance().clear()
-    aggregate.run(cfg)
+    aggregate.run(compose_config(PROJECT / "conf", "aggregate", [f"results_dir={results}", f"out_dir={out}"]))
     return {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}
 
 

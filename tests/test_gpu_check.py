@@ -82,9 +82,8 @@ def test_padded_tiny_tokenizer_keeps_its_ids(tiny_model_dir, tmp_path):
 
 def test_overrides_compose_against_the_project_configs(tmp_path):
     """The keys gpu_check passes exist in conf/ (a renamed trainer key fails here, not on the GPU)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
+    from pspo_repro import cli
     from pspo_repro.evaluate import compose_config
 
     for dry in (False, True):
@@ -93,10 +92,7 @@ def test_overrides_compose_against_the_project_configs(tmp_path):
             cfg = compose_config(gc.eval_overrides(a, tmp_path, backend))
             assert cfg.backend == backend and cfg.eval.limit == a.prompts and cfg.chunk_size == a.prompts
             assert list(cfg.temperatures) == list(a.temperatures) and cfg.vllm.dtype == a.dtype
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=gc.grpo_overrides(a, tmp_path, use_vllm=not dry))
-        GlobalHydra.instance().clear()
+        cfg = cli.compose_config(ROOT / "conf", "train", gc.grpo_overrides(a, tmp_path, use_vllm=not dry))
         assert cfg.model.name == a.model_preset and cfg.model.path == str(tmp_path)
         assert cfg.method.name == "pspo" and cfg.trainer.max_steps == a.grpo_steps
         assert cfg.trainer.use_vllm is (not dry) and cfg.trainer.vllm_mode == "colocate"

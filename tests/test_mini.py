@@ -7,10 +7,9 @@ import json
 import shutil
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from pspo_repro import mini, mini_committed
+from pspo_repro.cli import compose_config
 from pspo_repro.paths import PROJECT_ROOT
 
 # 32/8/8 problems, a 4-step SFT, 2 methods x 1 seed of ~2 rollouts (conf/experiment/mini_smoke.yaml),
@@ -29,12 +28,7 @@ SMOKE = [
 
 
 def _compose(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-            return compose(config_name="mini", overrides=overrides)
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(PROJECT_ROOT / "conf", "mini", overrides)
 
 
 def test_config_composes_and_run_list():

@@ -7,22 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from pspo_repro import sft
+from pspo_repro.cli import compose_config
 from pspo_repro.paths import PROJECT_ROOT
 from pspo_repro.prompts import PAPER_SYSTEM_PROMPT, render_prompt
 from pspo_repro.synthetic import load_split
 
 
 def _compose(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-            return compose(config_name="sft", overrides=overrides)
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(PROJECT_ROOT / "conf", "sft", overrides)
 
 
 def test_config_composes_with_defaults(results_root):
