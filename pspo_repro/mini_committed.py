@@ -65,15 +65,15 @@ def compare(old: Path, new: Path) -> dict[str, Any]:
     """Tables (CSV), training metrics (metrics.jsonl without timing keys) and evaluation cells (metrics
     and per-prompt counts) of ``old`` against ``new``: counts of identical files and the paths that
     differ or are missing on either side."""
+
+    def on_either_side(pattern: str) -> list[Path]:
+        return sorted({p.relative_to(tree) for tree in (old, new) for p in tree.glob(pattern)})
+
     groups = {
         "tables": [Path(t) for t in TABLES],
-        "runs": sorted(p.relative_to(old) for p in old.glob("runs/**/metrics.jsonl")),
-        "cells": sorted(p.relative_to(old) for p in old.glob("eval/**/T*.json")),
+        "runs": on_either_side("runs/**/metrics.jsonl"),
+        "cells": on_either_side("eval/**/T*.json"),
     }
-    groups["runs"] += [p.relative_to(new) for p in new.glob("runs/**/metrics.jsonl")
-                       if p.relative_to(new) not in groups["runs"]]  # fmt: skip
-    groups["cells"] += [p.relative_to(new) for p in new.glob("eval/**/T*.json")
-                        if p.relative_to(new) not in groups["cells"]]  # fmt: skip
     read = {"tables": lambda p: p.read_text(), "runs": _metrics_rows, "cells": _cell}
     report: dict[str, Any] = {"identical": {}, "different": [], "missing": []}
     for kind, rels in groups.items():
