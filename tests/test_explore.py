@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
+import torch
 
 from pspo_repro.cli import compose_config
 from pspo_repro.paths import PROJECT_ROOT
@@ -135,6 +136,25 @@ def test_gradient_scaling_check_detects_a_non_scaled_pair():
     clipped = train(tb, batch, "clip", params["clip"], epochs=5, optimizer="adam", lr=0.1)
     assert max(clipped.zero_grad_frac) > 0
     assert not checks.check_zero_grads({"pspo": clipped}, "t")[0].passed
+
+
+def test_smoothing_contraction_check_reads_pi_tilde_from_the_library():
+    """The TV/KL check takes pi~ from the registered method: pspo passes, noclip (pi~ = pi) must fail."""
+    from pspo_repro.explore import checks
+    from pspo_repro.explore.testbed import Tabular, TestbedSpec, train
+    from pspo_repro.methods import list_methods, validate_params
+
+    params = {m: validate_params(m, {}) for m in list_methods()}
+    params["pspo"]["alpha"] = 0.3
+    tb = Tabular(TestbedSpec("seq", seq_len=2, vocab=5))
+    hist = train(tb, tb.sample_batch(), "pspo", params["pspo"], epochs=4, optimizer="adam", lr=0.2)
+    p = torch.softmax(hist.logits[-1], -1)
+    q = torch.softmax(tb.behaviour_logits, -1)
+    smooth = checks.library_smoothed_policy(p, q, params["pspo"])
+    assert torch.allclose(smooth, 0.7 * p + 0.3 * q, atol=1e-12)
+    assert all(c.passed for c in checks.check_smoothing_contraction(tb, hist, params, "t"))
+    tv, _ = checks.check_smoothing_contraction(tb, hist, params, "t", method="noclip")
+    assert not tv.passed and "pi~ from noclip" in tv.name
 
 
 def test_probe_matches_the_unclipped_gradient_and_clip_band():

@@ -208,7 +208,8 @@ def test_dppo_topk_golden():
     assert_close(out.per_token_loss, [[-0.6129908]])
     # KL 0.0304788: kept at delta 0.05, dropped at delta 0.03
     kl = get_method("dppo_topk_kl")
-    assert kl(logp, old, torch.tensor([1.0]), mask, topk=2, **topk).per_token_loss.item() != 0.0
+    # kept: the same REINFORCE term as top-K TV, -min(r, C) A log p = 0.6129908
+    assert_close(kl(logp, old, torch.tensor([1.0]), mask, topk=2, **topk).per_token_loss, [[0.6129908]])
     assert (
         kl(logp, old, torch.tensor([1.0]), mask, topk=2, delta_high=0.03, **topk).per_token_loss.item() == 0.0
     )
@@ -404,7 +405,9 @@ def test_zero_grad_frac_matches_autograd(name):
     expected = ((g == 0) & (mask > 0)).sum() / mask.sum()
     assert out.metrics["zero_grad_frac"].item() == pytest.approx(expected.item())
     saturated_only = 3 / mask.sum()
-    assert expected >= saturated_only  # the clamp zeroes the 3 saturated tokens for every method
+    # ratio-form methods lose the 3 saturated tokens' gradient at the clamp; DPPO's detached weight keeps it
+    # (its mask drops them only when they moved in their advantage's direction): the bound holds all the same
+    assert expected >= saturated_only
     if name in ("clip", "gspo") or name.startswith("dppo"):
         assert expected > saturated_only + 0.05  # and the trust region zeroes more
 

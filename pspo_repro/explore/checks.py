@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pspo_repro.explore.probe import mask_grid
+from pspo_repro.explore.probe import call, mask_grid
 from pspo_repro.explore.testbed import Batch, History, Tabular, evaluate, train
 
 TOL = 1e-9  # float64 everywhere: equalities that hold algebraically hold to ~1e-15
@@ -32,14 +32,33 @@ def _position_dists(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, -1)  # [T, V]: PSPO smooths each token's distribution
 
 
-def check_smoothing_contraction(tb: Tabular, hist: History, alpha: float, label: str) -> list[Check]:
+def library_smoothed_policy(
+    p: torch.Tensor, q: torch.Tensor, params: Mapping[str, Any], method: str = "pspo"
+) -> torch.Tensor:
+    """The smoothed policy pi~(a) = r~(a) q(a) at every position and id, with r~ read off the registered
+    ``method``: with A = -1 and a mask of ones its per-token loss -r~ A is r~ itself."""
+    logp, old = p.log().reshape(1, -1), q.log().reshape(1, -1)
+    out = call(method, params, logp, old, torch.tensor([-1.0], dtype=p.dtype), torch.ones_like(logp))
+    return (out.per_token_loss.reshape(p.shape) * q).detach()
+
+
+def check_smoothing_contraction(
+    tb: Tabular,
+    hist: History,
+    params: Mapping[str, Mapping[str, Any]],
+    label: str,
+    method: str = "pspo",
+) -> list[Check]:
     """TV(pi~, pi_old) = (1-alpha) TV(pi, pi_old) and KL(pi~||pi_old) <= (1-alpha) KL(pi||pi_old), at every
-    epoch's parameters of a run and at every position, with pi~ = (1-alpha) pi + alpha pi_old."""
+    epoch's parameters of a run and at every position, with pi~ taken from the registered ``method`` (not
+    from the formula), so a wrong ``pspo`` fails here; ``method`` is an argument so a test can point the
+    check at a method for which it must fail."""
+    alpha = params["pspo"]["alpha"]
     q = _position_dists(tb.behaviour_logits)
-    tv_err, kl_slack, tv_max = 0.0, np.inf, 0.0
+    tv_err, kl_slack, tv_max, mass_err = 0.0, np.inf, 0.0, 0.0
     for logits in hist.logits:
         p = _position_dists(logits)
-        smooth = (1 - alpha) * p + alpha * q
+        smooth = library_smoothed_policy(p, q, params[method], method)
         tv = 0.5 * (p - q).abs().sum(-1)
         tv_s = 0.5 * (smooth - q).abs().sum(-1)
         kl = (p * (p.log() - q.log())).sum(-1)
@@ -47,15 +66,17 @@ def check_smoothing_contraction(tb: Tabular, hist: History, alpha: float, label:
         tv_err = max(tv_err, float((tv_s - (1 - alpha) * tv).abs().max()))
         kl_slack = min(kl_slack, float(((1 - alpha) * kl - kl_s).min()))
         tv_max = max(tv_max, float(tv.max()))
+        mass_err = max(mass_err, float((smooth.sum(-1) - 1).abs().max()))
     return [
         Check(
-            f"[{label}] TV(pi~, pi_old) == (1-alpha) TV(pi, pi_old)",
-            tv_err <= TOL and tv_max > 0,
-            f"max |error| {tv_err:.1e} over {len(hist.logits)} epochs (max TV reached {tv_max:.3f})",
+            f"[{label}] TV(pi~, pi_old) == (1-alpha) TV(pi, pi_old), pi~ from {method}",
+            tv_err <= TOL and tv_max > 0 and mass_err <= TOL,
+            f"max |error| {tv_err:.1e} over {len(hist.logits)} epochs (max TV reached {tv_max:.3f};"
+            f" pi~ sums to 1 within {mass_err:.0e})",
         ),
         Check(
-            f"[{label}] KL(pi~||pi_old) <= (1-alpha) KL(pi||pi_old)",
-            kl_slack >= -TOL,
+            f"[{label}] KL(pi~||pi_old) <= (1-alpha) KL(pi||pi_old), pi~ from {method}",
+            kl_slack >= -TOL and mass_err <= TOL,
             f"min slack (1-alpha) KL - KL~ = {kl_slack:.2e}",
         ),
     ]

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from pspo_repro.atomic import atomic_open  # noqa: E402
-from pspo_repro.explore.probe import PROBE_Q, MaskGrid, RatioCurves  # noqa: E402
+from pspo_repro.explore.probe import PROBE_Q, SEQ_LEN, MaskGrid, RatioCurves, ratio_curves  # noqa: E402
 from pspo_repro.explore.testbed import History  # noqa: E402
 
 SIGN_STYLE = {1: ("C0", "A = +1"), -1: ("C3", "A = -1")}
@@ -50,8 +50,15 @@ def _markers(
         for x in (lo, hi):
             ax.axvline(x, color="k", ls=":", lw=0.8)
         if name == "gspo":
+            lo_l, hi_l = lo**SEQ_LEN, hi**SEQ_LEN  # one token's r where s = r^(1/L) meets the band
+            for x in (lo_l, hi_l):
+                ax.axvline(x, color="C2", ls="--", lw=0.8)
             ax.text(
-                0.02, 0.03, f"sequence ratio; band [{lo:.4f}, {hi:.4f}]", transform=ax.transAxes, fontsize=7
+                0.02,
+                0.03,
+                f"band on s: [{lo:.4f}, {hi:.4f}]; one token of {SEQ_LEN}: r in [{lo_l:.3f}, {hi_l:.3f}]",
+                transform=ax.transAxes,
+                fontsize=7,
             )
         if params.get("delta") is not None:
             ax.axvline(params["delta"], color="C3", ls="--", lw=0.8)
@@ -74,8 +81,17 @@ def _markers(
         cap = params["eps_high"]
         if cap <= r[-1]:
             ax.axvline(cap, color="k", ls=":", lw=0.8)
-        else:
-            ax.text(0.02, 0.03, f"cap at r = {cap:g} (off-axis)", transform=ax.transAxes, fontsize=7)
+        elif panel == "grad":
+            # the default cap lies past the axis: an inset out to beyond it shows the flat weight
+            cispo_inset = ratio_curves(name, params, points=301, r_max=1.6 * cap, seq_len=1)
+            ins = ax.inset_axes([0.58, 0.1, 0.38, 0.38])
+            ri = cispo_inset.ratio
+            for sign, (color, _) in SIGN_STYLE.items():
+                ins.plot(ri, cispo_inset.grad[sign], color=color, lw=1.0)
+            ins.axvline(cap, color="k", ls=":", lw=0.8)
+            ins.set_xlim(0, ri[-1])
+            ins.tick_params(labelsize=6)
+            ins.set_title(f"r to {ri[-1]:g}: weight capped at r = {cap:g}", fontsize=6)
 
 
 def _curve_panel(ax, name, params, curves: RatioCurves, ref: RatioCurves | None, panel: str):
@@ -85,7 +101,7 @@ def _curve_panel(ax, name, params, curves: RatioCurves, ref: RatioCurves | None,
         ax.plot(r, y, color=color, lw=1.6, label=label)
         seq = curves.seq_grad[sign] if panel == "grad" else curves.seq_surrogate[sign]
         if not np.allclose(seq, y, rtol=1e-9, atol=1e-12):
-            ax.plot(r, seq, color=color, lw=1.0, ls="--", label=f"{label}, uniform 4-token seq.")
+            ax.plot(r, seq, color=color, lw=1.0, ls="--", label=f"{label}, 1 of {SEQ_LEN} tokens moves")
         if panel == "grad":
             for a, b in _spans(r, y == 0):
                 ax.axvspan(a, b, color=color, alpha=0.12, lw=0)

@@ -54,13 +54,17 @@ def call(
     return get_method(name)(logp, old_logp, advantages, mask, **kwargs, **params)
 
 
+SEQ_LEN = 128  # the paper's max completion length: the sequence the sequence-level curves are drawn for
+
+
 @dataclass
 class RatioCurves:
     """Surrogate ``-loss/A`` and gradient weight ``d(-loss)/d logp`` of one method over a ratio grid.
 
-    Keys of the dicts are the advantage sign (+1, -1). ``seq_*`` hold the same for a uniform sequence of
-    ``seq_len`` tokens that all share the ratio (sequence-level methods such as GSPO see exp(mean log r) = r),
-    read off the first token; the gradient is taken of the token sum, as the dapo aggregation sums tokens.
+    Keys of the dicts are the advantage sign (+1, -1). ``seq_*`` hold the same for the first token of a
+    ``seq_len``-token sequence whose other tokens sit at r = 1: token-level methods give the one-token curves
+    again, while a sequence-level method (GSPO) sees s = exp(mean log r) = r^(1/seq_len), so its band in r
+    widens to [(1 - eps_low)^L, (1 + eps_high)^L]. The gradient is taken of the token sum, as dapo sums tokens.
     """
 
     ratio: np.ndarray
@@ -73,7 +77,9 @@ class RatioCurves:
 def _probe(name, params, ratio: torch.Tensor, adv_sign: int, seq_len: int, q: float):
     n = ratio.numel()
     old = torch.full((n, seq_len), float(np.log(q)), dtype=DTYPE)
-    logp = (old + ratio.log().unsqueeze(-1)).requires_grad_(True)
+    shift = torch.zeros(n, seq_len, dtype=DTYPE)
+    shift[:, 0] = ratio.log()  # only the first token moves; the others keep r = 1
+    logp = (old + shift).requires_grad_(True)
     adv = torch.full((n,), float(adv_sign), dtype=DTYPE)
     mask = torch.ones(n, seq_len, dtype=DTYPE)
     out = call(name, params, logp, old, adv, mask)
@@ -87,10 +93,11 @@ def ratio_curves(
     params: Mapping[str, Any],
     points: int = 601,
     r_max: float = 3.0,
-    seq_len: int = 4,
+    seq_len: int = SEQ_LEN,
     q: float = PROBE_Q,
 ) -> RatioCurves:
-    """Probe ``name`` on ``points`` ratios in [RATIO_MIN, r_max], one-token sequences and uniform ones."""
+    """Probe ``name`` on ``points`` ratios in [RATIO_MIN, r_max]: one-token sequences, and one moving token in a
+    ``seq_len``-token sequence."""
     ratio = torch.linspace(RATIO_MIN, r_max, points, dtype=DTYPE)
     curves = RatioCurves(ratio.numpy(), {}, {}, {}, {})
     for sign in (1, -1):

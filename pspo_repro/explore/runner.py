@@ -107,7 +107,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> int:
             m: train(tb, batch, m, params[m], epochs=cfg.epochs, optimizer=cfg.optimizer, lr=cfg.lr)
             for m in train_methods
         }
-        all_checks += C.check_smoothing_contraction(tb, runs["pspo"], alpha, spec.name)
+        all_checks += C.check_smoothing_contraction(tb, runs["pspo"], params, spec.name)
         all_checks += C.check_zero_grads(runs, spec.name)
         all_checks.append(C.check_gradient_scaling(tb, batch, runs["pspo"], params, spec.name))
         all_checks.append(C.check_library_zero_grad_metric(runs, spec.name))

@@ -5,7 +5,9 @@ Numerics contract (every method follows it):
   20 is the bound verl and OpenRLHF use: ``exp(20) ~ 4.9e8`` is far beyond any ratio a trust region keeps,
   yet ``exp(20) * |A|`` stays finite in fp32/bf16, so no branch of a ``min``/``where`` can hold an ``inf``
   (an ``inf`` in the unselected branch still produces ``0 * inf = NaN`` gradients). Beyond the bound the
-  clamp's own gradient is zero; those tokens are counted in ``zero_grad_frac``.
+  clamp's own gradient is zero: methods whose loss goes through the ratio give such tokens zero gradient
+  and count them in ``zero_grad_frac``; topr, cispo and the DPPO variants multiply ``logp`` by a detached
+  weight, so their gradient survives the clamp (only the weight's value is bounded).
 - per-token losses are selected with ``torch.where(mask, loss, 0)``, so padding never leaks values.
 - metrics are 0-dim tensors computed under ``no_grad`` (no ``.item()``: no device sync in the hot path);
   every masked statistic of an empty selection is 0.0, never NaN.
