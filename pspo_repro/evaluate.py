@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 PASS_KS = (1, 2, 4, 8, 16)
+# chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
+CHUNK_SIZE = {"hf": 32, "vllm": 512}
 CONF_DIR = PROJECT_ROOT / "conf"
 # Test hook: called after each chunk is appended (fault-injection tests raise from it).
 AFTER_CHUNK_HOOK: Callable[[int], None] | None = None
@@ -123,14 +125,28 @@ def resolve_target(cfg: Any) -> Target:
         raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
     if cfg.checkpoint:
         raise EvalError("checkpoint= selects a checkpoint of a run; use it with run=, or pass model=<path>")
+    if cfg.get("model_path") and not cfg.model_ref:
+        raise EvalError("model_path= needs model=<preset>: the folder holds that preset's weights")
     name = str(cfg.model_ref)
     preset = CONF_DIR / "model" / f"{name}.yaml"
+    local = cfg.get("model_path")
+    if local and not ("/" not in name and preset.is_file()):
+        presets = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+        raise EvalError(
+            f"model_path= gives a preset's weights and needs model=<preset> ({', '.join(presets)}), "
+            f"got model={name}"
+        )
     if "/" not in name and preset.is_file():
         # A training model preset (conf/model/<name>.yaml): the same name as its training runs, so the
         # baseline row lines up with them in tables.
         from omegaconf import OmegaConf
 
         spec = OmegaConf.load(preset)
+        if local:
+            # The preset's weights from a local folder (offline): stored under the preset's name too.
+            path = Path(str(local)).expanduser()
+            _check_checkpoint(path)
+            return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
         if spec.get("path"):
             path = Path(str(spec.path)).expanduser()
             _check_checkpoint(path)
@@ -187,6 +203,8 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     if len(set(labels)) != len(labels):
         raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
     for key in ("n_samples", "max_new_tokens", "chunk_size", "batch_size", "sampling_seed"):
+        if key == "chunk_size" and cfg[key] is None:
+            continue  # the backend's default (CHUNK_SIZE)
         v = _number(key, cfg[key], int)
         if v < (0 if key == "sampling_seed" else 1):
             raise EvalError(
@@ -194,6 +212,12 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
             )
     if not 0 < _number("top_p", cfg.top_p) <= 1:
         raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
+    from pspo_repro.prompts import TEMPLATES
+
+    if str(cfg.prompt_template) not in TEMPLATES:
+        raise EvalError(
+            f"unknown prompt_template {cfg.prompt_template!r}; allowed: {', '.join(sorted(TEMPLATES))}"
+        )
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
     return datasets, temps
@@ -419,9 +443,12 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
                 continue
             cells.append(Cell(name, t, paths, header, {}))
 
+    # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
+    # offline) is a one-line error with nothing written.
+    tokenizer = _load_tokenizer(target.checkpoint) if cells else None
     with contextlib.ExitStack() as locks:
         cells = _lock_cells(cells, locks)
-        _run_cells(cells, problems_by_ds, cfg, target, backend_name)
+        _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer)
 
     results = []
     for name in datasets:
@@ -455,7 +482,7 @@ def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
     return pending
 
 
-def _run_cells(cells, problems_by_ds, cfg, target, backend_name) -> None:
+def _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer) -> None:
     """Generate, grade and write every pending cell (the model loads once, only if a cell is pending)."""
     from omegaconf import OmegaConf
     from tqdm.auto import tqdm
@@ -464,7 +491,6 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name) -> None:
     from pspo_repro.prompts import render_prompt
 
     if cells:
-        tokenizer = _load_tokenizer(target.checkpoint)
         backend = make_backend(
             backend_name,
             target.checkpoint,
@@ -484,7 +510,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name) -> None:
                 c.done = read_partial(c.paths["partial"], c.header, wanted)
             prompts = [render_prompt(tokenizer, p.question, str(cfg.prompt_template)) for p in problems]
             prompt_ids = [tuple(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in prompts]
-            size = int(cfg.chunk_size)
+            size = int(cfg.chunk_size) if cfg.chunk_size is not None else CHUNK_SIZE[backend_name]
             bar = tqdm(
                 total=len(problems) * len(ds_cells), desc=f"{name} T={[c.temperature for c in ds_cells]}"
             )
@@ -603,8 +629,16 @@ def _hydra_main() -> None:
 
 def rewrite_overrides(argv: list[str]) -> list[str]:
     """``model=X`` -> ``model_ref=X``: ``conf/model/`` is the training model group, so Hydra would read
-    ``model=`` as a group choice; the evaluator takes a preset name, a path or a hub id instead."""
-    return ["model_ref=" + a.split("=", 1)[1] if a.startswith("model=") else a for a in argv]
+    ``model=`` as a group choice; the evaluator takes a preset name, a path or a hub id instead.
+    ``model.path=P`` (the training override for local weights) -> ``model_path=P``."""
+    out = []
+    for a in argv:
+        if a.startswith("model="):
+            a = "model_ref=" + a.split("=", 1)[1]
+        elif a.startswith("model.path="):
+            a = "model_path=" + a.split("=", 1)[1]
+        out.append(a)
+    return out
 
 
 def compose_config(overrides: list[str]) -> Any:

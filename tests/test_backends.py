@@ -38,10 +38,11 @@ def test_build_sampling_params_per_request():
         Request("a", (1, 2), 0.8, 16, request_seed(123, 0.8, "p1")),
         Request("b", (3,), 0.4, 16, request_seed(123, 0.4, "p2")),
     ]
-    params = build_sampling_params(reqs, 128, 1.0, [7, 5], _sampling_params_cls())
+    params = build_sampling_params(reqs, 128, 0.9, [7, 5], _sampling_params_cls())
     assert [p.n for p in params] == [1, 16, 16]
     assert [p.temperature for p in params] == [0.0, 0.8, 0.4]
-    assert all(p.max_tokens == 128 and p.top_p == 1.0 and list(p.stop_token_ids) == [7, 5] for p in params)
+    assert [p.top_p for p in params] == [1.0, 0.9, 0.9]  # greedy ignores top_p; sampled requests carry it
+    assert all(p.max_tokens == 128 and list(p.stop_token_ids) == [7, 5] for p in params)
     assert [p.seed for p in params] == [r.seed for r in reqs]
     assert len({p.seed for p in params}) == 3  # distinct per (prompt, temperature)
 
@@ -72,11 +73,29 @@ def test_tiny_model_stop_ids(tiny_model_dir):
     assert set(ids) == {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
 
 
-def test_backend_selection():
+@pytest.mark.parametrize(
+    "has_vllm, has_cuda, expected", [(True, True, "vllm"), (True, False, "hf"), (False, True, "hf")]
+)
+def test_backend_auto_picks_vllm_only_with_cuda_and_logs_it(
+    monkeypatch, caplog, has_vllm, has_cuda, expected
+):
     import torch
 
-    expected = "vllm" if importlib.util.find_spec("vllm") and torch.cuda.is_available() else "hf"
-    assert resolve_backend_name("auto") == expected
+    import pspo_repro.backends as backends
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        backends.importlib.util,
+        "find_spec",
+        lambda name, *a: (object() if has_vllm else None) if name == "vllm" else real_find_spec(name, *a),
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: has_cuda)
+    with caplog.at_level("INFO", logger="pspo_repro.backends"):
+        assert resolve_backend_name("auto") == expected
+    assert f"backend=auto chose {expected}" in caplog.text
+
+
+def test_backend_selection():
     with pytest.raises(ValueError, match="unknown backend 'tgi'; allowed: auto, hf, vllm"):
         resolve_backend_name("tgi")
 

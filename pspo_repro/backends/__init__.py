@@ -54,7 +54,8 @@ BACKENDS: dict[str, str] = {
 
 
 def request_seed(base_seed: int, temperature: float, prompt_id: str) -> int:
-    """A per-(prompt, temperature) seed derived from the sweep seed: independent of batching and resume."""
+    """A per-(prompt, temperature) seed derived from the sweep seed. vLLM seeds each request with it (its
+    samples are independent of batching); the hf backend seeds each sub-batch with its first request's."""
     digest = hashlib.sha256(f"{base_seed}:{temperature:.4f}:{prompt_id}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 

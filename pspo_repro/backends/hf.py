@@ -1,4 +1,4 @@
-"""transformers ``generate`` backend: batched, left-padded, KV cache, CPU or GPU, seeded per batch."""
+"""transformers ``generate`` backend: batched, left-padded, KV cache, CPU or GPU, seeded per sub-batch."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ class HFBackend:
     """Generation with ``model.generate``; requests sharing (temperature, n) are batched together.
 
     ``batch_size`` counts sequences per forward (prompts x samples). Each sub-batch reseeds torch with
-    the seed of its first request, so output depends only on the request list, not on what ran before
-    (a resumed sweep regenerates exactly what an uninterrupted one would).
+    the seed of its first request, so output depends only on the request list and ``batch_size``, not on
+    what ran before (a resumed sweep regenerates exactly what an uninterrupted one would). Unlike vLLM's
+    per-request seeds, a sampled completion depends on its batch partners: ``batch_size`` and
+    ``chunk_size`` are part of an hf cell's settings.
     """
 
     name = "hf"
@@ -56,6 +58,10 @@ class HFBackend:
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0]
         )
         self.batch_size = max(1, int(batch_size))
+        # transformers fills every field a call leaves unset from model.generation_config, so a checkpoint's
+        # generation_config.json (repetition_penalty, top_k, no_repeat_ngram_size, ...) would change the
+        # sampled distribution. A default config here keeps it to temperature + top_p, as vLLM samples.
+        self.model.generation_config = GenerationConfig(eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
 
     def generate(self, requests: list[Request], max_new_tokens: int, top_p: float) -> list[list[Completion]]:
         """``n`` completions per request, in request order."""
@@ -84,8 +90,8 @@ class HFBackend:
             ids[row, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
             mask[row, width - len(r.prompt_ids) :] = 1
         sample = temperature > 0
-        # An explicit config: the checkpoint's own generation defaults (top_k, repetition penalty) must
-        # not leak in, so hf and vLLM sample the same distribution (temperature + top_p only).
+        # An explicit config over the neutral model.generation_config set in __init__: the checkpoint's own
+        # generation defaults must not leak in, so hf and vLLM sample the same distribution.
         cfg = GenerationConfig(
             do_sample=sample,
             temperature=temperature if sample else None,
