@@ -79,6 +79,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"expected_seeds must be >= 1, got {cfg.expected_seeds}")
     if not 0 < float(cfg.confidence) < 1:
         raise ConfigError(f"confidence must be in (0, 1), got {cfg.confidence}")
+    from pspo_repro.plots import CURVE_X
+
+    if cfg.curves.x not in CURVE_X:
+        raise ConfigError(f"curves.x must be one of {', '.join(CURVE_X)}, got {cfg.curves.x!r}")
 
 
 def names_from(cfg: DictConfig) -> Names:
@@ -161,7 +165,7 @@ def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: O
     table, notes = ablation_table(
         runs, runs_long, method=ab.method, param=ab.param, metric=ab.metric,
         step=None if ab.step is None else int(ab.step), confidence=float(cfg.confidence),
-        expected_seeds=int(cfg.expected_seeds), names=names, ci=cfg.ci,
+        expected_seeds=int(cfg.expected_seeds), names=names, ci=cfg.ci, tag_prefix=ab.get("tag_prefix"),
     )  # fmt: skip
     outputs.messages += notes
     if table is None:
@@ -171,7 +175,9 @@ def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: O
     else:
         outputs.add_table(out, table)
     if (runs_long["metric"] == cfg.curves.metric).any():
-        fig = plots.curves_figure(runs_long, cfg.curves.metric, float(cfg.confidence), names)
+        fig = plots.curves_figure(
+            runs_long, cfg.curves.metric, float(cfg.confidence), names, str(cfg.curves.x)
+        )
         outputs.add_figure(out, "training_curves", fig)
     else:
         outputs.messages.append(f"no run logged {cfg.curves.metric}: skipped training_curves")

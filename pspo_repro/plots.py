@@ -120,8 +120,16 @@ def curve_stats(runs_long: pd.DataFrame, metric: str, confidence: float) -> pd.D
     return pd.DataFrame(recs)
 
 
-def curves_figure(runs_long: pd.DataFrame, metric: str, confidence: float, names: Names) -> dict[str, bytes]:
-    """Validation reward against tokens processed, one panel per model, mean and t band over seeds."""
+CURVE_X = {"num_tokens": "tokens processed", "step": "optimizer step"}
+
+
+def curves_figure(
+    runs_long: pd.DataFrame, metric: str, confidence: float, names: Names, x: str = "num_tokens"
+) -> dict[str, bytes]:
+    """Validation reward against ``x`` (tokens processed, or step), one panel per model, mean and t band
+    over seeds."""
+    if x not in CURVE_X:
+        raise ValueError(f"curves.x={x!r} is not allowed; allowed: {', '.join(CURVE_X)}")
     stats = curve_stats(runs_long, metric, confidence)
     models = ordered(stats["model"], names.model_order)
     colours = _colours(list(zip(stats["model"], stats["method"], stats["tag"], strict=True)), names)
@@ -133,10 +141,10 @@ def curves_figure(runs_long: pd.DataFrame, metric: str, confidence: float, names
         for rk in row_order(zip(sub["model"], sub["method"], sub["tag"], strict=True), names):
             line = sub[(sub["method"] == rk[1]) & (sub["tag"] == rk[2])].sort_values("step")
             seeds = int(line["n"].max())
-            _band(ax, line["num_tokens"].to_numpy(), list(line["interval"]),
+            _band(ax, line[x].to_numpy(dtype=float), list(line["interval"]),
                   f"{names.method(rk[1], rk[2])} (n={seeds})", colours[rk[1:]])  # fmt: skip
         ax.set_title(names.model(model), fontsize=9)
-        ax.set_xlabel("tokens processed")
+        ax.set_xlabel(CURVE_X[x])
         ax.set_ylabel(f"validation reward ({metric})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -285,15 +285,26 @@ def ablation_table(
     expected_seeds: int,
     names: Names,
     ci: str,
+    tag_prefix: str | None = None,
 ) -> tuple[Table | None, list[str]]:
     """The paper's Table 8: mean ``metric`` at the final step per ``param`` value, t interval over seeds.
 
-    Returns the table (None when no such runs exist) and notes about runs left out.
+    ``tag_prefix`` keeps only runs whose tag starts with it (the ablation's own runs, not the main runs or a
+    hyperparameter search of the same method). Returns the table (None when no such runs exist) and notes
+    about runs left out.
     """
     notes = []
     if runs.empty or param not in runs:
         return None, notes
     sel = runs[(runs["method"] == method) & runs[param].notna()]
+    if tag_prefix:
+        keep = sel["tag"].fillna("").astype(str).str.startswith(tag_prefix)
+        if (~keep).any():
+            notes.append(
+                f"alpha ablation: {int((~keep).sum())} {method} run(s) with {param} left out: their tag does "
+                f"not start with {tag_prefix!r} (ablation.tag_prefix)"
+            )
+        sel = sel[keep]
     unfinished = sel[sel["status"] != "finished"]
     for d in unfinished["run_dir"]:
         notes.append(f"alpha ablation: left out unfinished run {d}")
@@ -322,7 +333,9 @@ def ablation_table(
         else ""
     )
     caption = (
-        f"{names.method(method)} {param} ablation: mean validation reward ({metric}) at "
+        f"{names.method(method)} {param} ablation"
+        + (f" (runs tagged {tag_prefix}*)" if tag_prefix else "")
+        + f": mean validation reward ({metric}) at "
         + (f"step {step}" if step is not None else "the final step")
         + ", "
         f"{confidence * 100:g}% Student t interval over seeds (t_seeds, n = {expected_seeds} seeds per cell"

@@ -98,7 +98,9 @@ def build_tree(root: Path) -> None:
     for seed in range(3):
         write_run(root, "clip", seed, [0.1, 0.2 + 0.01 * seed, 0.3 + 0.01 * seed])
         write_run(root, "pspo", seed, [0.1, 0.25, 0.40 + 0.02 * seed], alpha=0.1)
-        write_run(root, "pspo", seed, [0.1, 0.3, 0.50 + 0.02 * seed], alpha=0.4, tag="alpha0.4")
+        write_run(
+            root, "pspo", seed, [0.1, 0.3, 0.50 + 0.02 * seed], alpha=0.4, tag="alpha_ablation-alpha0.4"
+        )
 
 
 @pytest.fixture
@@ -183,11 +185,11 @@ def test_wilson_pooled_caption_and_values(tree, cfg_for):
 
 
 def test_ablation_and_curves(tree, cfg_for):
-    aggregate.run(cfg_for(f"results_dir={tree}"))
+    aggregate.run(cfg_for(f"results_dir={tree}", "ablation.tag_prefix=null"))
     md = (tree / "tables" / "alpha_ablation.md").read_text()
     # alpha 0.4 runs end at 0.50, 0.52, 0.54 (mean 0.520, +- 0.0497); alpha 0.1 at 0.40, 0.42, 0.44.
     assert "| Tiny | 0.1 | - | 200 | 0.420 [0.370, 0.470] |" in md
-    assert "| Tiny | 0.4 | alpha0.4 | 200 | **0.520 [0.470, 0.570]** |" in md
+    assert "| Tiny | 0.4 | alpha_ablation-alpha0.4 | 200 | **0.520 [0.470, 0.570]** |" in md
     for stem in ("training_curves", "temperature_true_acc", "temperature_reward_acc"):
         for ext in ("png", "pdf"):
             path = tree / "tables" / f"{stem}.{ext}"
@@ -196,16 +198,33 @@ def test_ablation_and_curves(tree, cfg_for):
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
 
 
+def test_ablation_keeps_only_the_ablation_runs_by_default(tree, cfg_for):
+    """experiment=alpha_ablation's runs (tag alpha_ablation-...) make Table 8; the main pspo runs (untagged,
+    another lr and budget) are left out and listed in the summary."""
+    for seed in range(3):
+        write_run(
+            tree, "pspo", seed, [0.1, 0.2, 0.30 + 0.01 * seed], alpha=0.3, tag="alpha_ablation-alpha0.3"
+        )
+    aggregate.run(cfg_for(f"results_dir={tree}"))
+    md = (tree / "tables" / "alpha_ablation.md").read_text()
+    assert "(runs tagged alpha_ablation*)" in md
+    assert "| Tiny | 0.3 | alpha_ablation-alpha0.3 | 200 | 0.310 [0.285, 0.335] |" in md
+    assert "| Tiny | 0.4 | alpha_ablation-alpha0.4 | 200 | **0.520 [0.470, 0.570]** |" in md
+    assert "| 0.1 |" not in md
+    summary = (tree / "tables" / "summary.md").read_text()
+    assert "3 pspo run(s) with alpha left out: their tag does not start with 'alpha_ablation'" in summary
+
+
 def test_unfinished_run_left_out_and_noted(tree, cfg_for):
     write_run(tree, "pspo", 3, [0.1, 0.2], alpha=0.1, status="running")
-    aggregate.run(cfg_for(f"results_dir={tree}"))
+    aggregate.run(cfg_for(f"results_dir={tree}", "ablation.tag_prefix=null"))
     assert "left out unfinished run" in (tree / "tables" / "summary.md").read_text()
 
 
 def test_differing_final_steps_raise(tree, cfg_for):
     write_run(tree, "pspo", 2, [0.1, 0.25], alpha=0.1)  # overwrites seed 2: ends at step 100
     with pytest.raises(ResultsError, match="steps differ across seeds"):
-        aggregate.run(cfg_for(f"results_dir={tree}"))
+        aggregate.run(cfg_for(f"results_dir={tree}", "ablation.tag_prefix=null"))
 
 
 def test_temperature_table(tree, cfg_for):
@@ -228,7 +247,7 @@ def test_reproduction_report(results_root, cfg_for, tmp_path):
 
 def test_only_runs_skips_eval_tables(results_root, cfg_for):
     for seed in range(3):
-        write_run(results_root, "pspo", seed, [0.1, 0.4 + 0.02 * seed], alpha=0.1)
+        write_run(results_root, "pspo", seed, [0.1, 0.4 + 0.02 * seed], alpha=0.1, tag="alpha_ablation")
     aggregate.run(cfg_for(f"results_dir={results_root}"))
     summary = (results_root / "tables" / "summary.md").read_text()
     assert f"no evaluation cells under {results_root / 'eval'}" in summary
