@@ -47,7 +47,21 @@ def fail(message: str) -> None:
     sys.exit(USAGE_EXIT)
 
 
-def _first_line(exc: BaseException | None) -> str:
+def refuse_secret_args(argv: list[str]) -> None:
+    """Fail when a command-line argument holds a credential's value: Hydra saves the overrides in its log
+    folder and wandb records the command line, so the value would reach files that redaction never sees."""
+    from pspo_repro.redact import secret_names_in
+
+    names = secret_names_in(argv)
+    if names:
+        fail(
+            f"a command-line argument holds the value of {', '.join(names)}; pass credentials through the "
+            f"environment only (e.g. ${{oc.env:{names[0]}}}): the command line is saved in logs"
+        )
+
+
+def first_line(exc: BaseException | None) -> str:
+    """The first non-empty line of an exception's message ("" when it has none)."""
     text = str(exc or "").strip()
     return text.splitlines()[0].strip() if text else ""
 
@@ -83,8 +97,8 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
                         return f"unknown {key} {value!r}; options: {', '.join(options)}"
             compose(config_name=config_name, overrides=plain)
     except Exception as exc:  # Hydra/OmegaConf raise several types; all are bad input here
-        msg = _first_line(exc)
-        cause = _first_line(exc.__cause__)
+        msg = first_line(exc)
+        cause = first_line(exc.__cause__)
         if cause and cause not in msg:
             msg = f"{msg.rstrip('.')}: {cause}"
         if "is not in struct" in msg:
@@ -111,7 +125,9 @@ def compose_config(config_dir: Path, config_name: str, overrides: list[str], **k
 
 
 def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> None:
-    """Exit with a one-line error when ``overrides`` do not compose (see ``compose_error``)."""
+    """Exit with a one-line error when ``overrides`` hold a credential (``refuse_secret_args``) or do not
+    compose (see ``compose_error``)."""
+    refuse_secret_args(overrides)
     err = compose_error(config_dir, config_name, overrides)
     if err:
         fail(err)

@@ -30,6 +30,15 @@ def secret_values() -> list[str]:
     return sorted(vals, key=len, reverse=True)
 
 
+def secret_names_in(args: list[str]) -> list[str]:
+    """Names of the credential-like environment variables whose value appears in one of ``args``."""
+    found = set()
+    for k, v in os.environ.items():
+        if _SECRET_ENV_RE.search(k) and v and len(v) >= _MIN_SECRET_LEN and any(v in a for a in args):
+            found.add(k)
+    return sorted(found)
+
+
 def redact(obj: Any, _secrets: list[str] | None = None) -> Any:
     """A copy of ``obj`` (JSON-like) with credential-named keys' values and any secret env value replaced."""
     secrets = secret_values() if _secrets is None else _secrets

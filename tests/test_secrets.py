@@ -88,3 +88,23 @@ def test_no_secret_in_run_or_eval_files_or_logs(results_root, monkeypatch, capfd
     out, err = capfd.readouterr()
     logs = out + err + caplog.text
     assert [k for k, v in FAKE.items() if v in logs] == []
+
+
+@pytest.mark.parametrize("module", ["train", "evaluate", "aggregate"])
+def test_a_secret_on_the_command_line_is_refused(module, tmp_path, monkeypatch, capsys):
+    """Hydra saves overrides in its log folder and wandb records sys.argv, where redaction cannot reach:
+    a credential's value on the command line is a one-line error naming the variable, not the value."""
+    import importlib
+    import sys
+
+    for k, v in FAKE.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("PSPO_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(sys, "argv", [module, f"+comment=x{FAKE['HF_TOKEN']}"])
+    with pytest.raises(SystemExit) as exc:
+        importlib.import_module(f"pspo_repro.{module}").main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1, err
+    assert "holds the value of HF_TOKEN" in err[0] and FAKE["HF_TOKEN"] not in err[0]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
