@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pspo_repro.cli import UsageError, fail
+from pspo_repro.cli import UsageError, fail, first_line
 from pspo_repro.provenance import git_sha, package_versions
 from pspo_repro.redact import redact
 from pspo_repro.run_dir import (
@@ -153,6 +153,7 @@ def validate(cfg: DictConfig):
         data.get_spec(cfg.data.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    validate_trainer(cfg)
     t = cfg.trainer
     G = t.num_generations
     if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % G:
@@ -176,6 +177,54 @@ def validate(cfg: DictConfig):
     if t.token_budget is None and (t.max_steps is None or t.max_steps <= 0) and not t.num_train_epochs:
         raise UsageError("set trainer.token_budget, trainer.max_steps or trainer.num_train_epochs")
     return method
+
+
+def _num(key: str, value: Any, kind: type = float, *, low: float, high: float | None = None,
+         low_open: bool = False, null: bool = False) -> None:  # fmt: skip
+    """``value`` must be a number of ``kind`` in the range given (or null when ``null``), else UsageError."""
+    rng = f"{'(' if low_open else '['}{low:g}, {'inf)' if high is None else f'{high:g}]'}"
+    what = f"{'an integer' if kind is int else 'a number'} in {rng}" + (" or null" if null else "")
+    if value is None:
+        if null:
+            return
+        raise UsageError(f"{key} must be {what}, got null")
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    if ok and kind is int:
+        ok = float(value).is_integer()
+    if ok:
+        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        raise UsageError(f"{key} must be {what}, got {value!r}")
+
+
+def validate_trainer(cfg: DictConfig) -> None:
+    """Ranges of the trainer, data and model settings, checked before anything loads or is written."""
+    from pspo_repro.prompts import TEMPLATES
+
+    t = cfg.trainer
+    _num("trainer.learning_rate", t.learning_rate, low=0, low_open=True)
+    _num("trainer.temperature", t.temperature, low=0, low_open=True)
+    _num("trainer.top_p", t.top_p, low=0, high=1, low_open=True)
+    _num("trainer.beta", t.beta, low=0)
+    _num("trainer.num_generations", t.num_generations, int, low=2)  # group advantages need G >= 2
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length"):
+        _num(f"trainer.{key}", t[key], int, low=1)
+    for key in ("max_prompt_length", "eval_steps", "steps_per_generation", "per_device_eval_batch_size"):
+        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
+    _num("trainer.save_steps", t.save_steps, int, low=1)
+    _num("trainer.token_budget", t.token_budget, int, low=1, null=True)
+    if t.vllm_mode not in ("colocate", "server"):
+        raise UsageError(f"trainer.vllm_mode must be colocate or server, got {t.vllm_mode!r}")
+    if cfg.data.prompt_template not in TEMPLATES:
+        raise UsageError(
+            f"unknown data.prompt_template {cfg.data.prompt_template!r}; options: {', '.join(sorted(TEMPLATES))}"
+        )
+    for key in ("path", "tokenizer"):
+        value = cfg.model.get(key)
+        # a local folder must exist (a tokenizer may also be a hub id: no slash-led or dotted path)
+        if value and (key == "path" or str(value).startswith(("/", ".", "~"))):
+            if not Path(str(value)).expanduser().is_dir():
+                raise UsageError(f"model.{key}={value} is not a folder (a local model folder is expected)")
 
 
 def load_data(cfg: DictConfig):
@@ -277,6 +326,60 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
     return GRPOConfig(**kwargs)
 
 
+def _budget_spent(checkpoint: Path, budget: int | None) -> bool:
+    """Whether ``checkpoint``'s trainer state has already consumed the token budget."""
+    import json
+
+    if not budget:
+        return False
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return int(state.get("num_input_tokens_seen") or 0) >= int(budget)
+
+
+def _finish_from_checkpoint(folder: Path, checkpoint: Path, record: dict, main_process: bool) -> Path:
+    """Mark the run finished from the final checkpoint's trainer state (no training step taken)."""
+    import json
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    best = state.get("best_model_checkpoint")
+    record.update(
+        status="finished",
+        final_step=int(state["global_step"]),
+        num_tokens=int(state.get("num_input_tokens_seen") or 0),
+        best_checkpoint=Path(best).name if best else None,
+        best_metric=state.get("best_metric"),
+        stop_reason="token_budget",
+    )
+    if main_process:
+        write_run_json(folder, record)
+        print(
+            f"finished: {folder} (the token budget was reached at step {record['final_step']} before a kill)"
+        )
+    return folder
+
+
+def _prepare(cfg: DictConfig, folder: Path, method) -> tuple[Any, Any, bool]:
+    """The tokenizer, TRL's GRPOConfig and whether CUDA is used; errors become one-line UsageErrors."""
+    import torch
+
+    from pspo_repro.models import load_tokenizer, tokenizer_source
+
+    use_cuda = torch.cuda.is_available()
+    try:
+        tokenizer = load_tokenizer(cfg.model)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot load the tokenizer of {tokenizer_source(cfg.model)}: {first_line(exc) or type(exc).__name__}"
+        ) from None
+    try:
+        args = _grpo_config(cfg, folder, method, use_cuda)
+    except ValueError as exc:
+        raise UsageError(
+            f"TRL's GRPOConfig refused the trainer settings: {first_line(exc) or type(exc).__name__}"
+        ) from None
+    return tokenizer, args, use_cuda
+
+
 def _setup_logger(cfg: DictConfig, folder: Path) -> None:
     if cfg.logger.name != "wandb":
         return
@@ -336,8 +439,12 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     resolved.pop("per_method", None)
     resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
     identity = identity_config(resolved)
-    if not cfg.get("dry_run") and is_main_process():
-        locks.enter_context(run_folder_lock(folder))
+    if not cfg.get("dry_run"):
+        # Tokenizer and TRL's config before the lock (which creates the folder): a tokenizer that cannot
+        # load or a setting TRL refuses is a one-line error with nothing written.
+        tokenizer, args, use_cuda = _prepare(cfg, folder, method)
+        if is_main_process():
+            locks.enter_context(run_folder_lock(folder))
 
     previous = read_run_json(folder)
     if previous is not None:
@@ -356,7 +463,6 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         print(f"run folder: {folder}")
         return None
 
-    import torch
     import trl
 
     from pspo_repro.callbacks import (
@@ -367,12 +473,10 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         StopAfterStepCallback,
         TokenBudgetCallback,
     )
-    from pspo_repro.models import load_model, load_tokenizer, save_random_init
+    from pspo_repro.models import load_model, save_random_init
     from pspo_repro.rewards import get_reward
     from pspo_repro.trainer import MethodGRPOTrainer
 
-    use_cuda = torch.cuda.is_available()
-    tokenizer = load_tokenizer(cfg.model)
     t = cfg.trainer
     train_ds = to_dataset(train_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
     eval_ds = (
@@ -408,12 +512,15 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     }
     if main_process:
         write_run_json(folder, record)
+    if resume and _budget_spent(resume, t.token_budget):
+        # Killed after the budget's final checkpoint but before run.json said finished: training again
+        # would add a step past the budget. The checkpoint's trainer state is the run's end.
+        return _finish_from_checkpoint(folder, resume, record, main_process)
     _setup_logger(cfg, folder)
 
     model = load_model(cfg.model, tokenizer, use_cuda)
     if cfg.model.get("random_init") and t.use_vllm and t.vllm_mode == "colocate":
         save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
-    args = _grpo_config(cfg, folder, method, use_cuda)
     # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
     nonfinite = NonFiniteCallback(folder, skip=bool(t.get("skip_nonfinite", False)))
     callbacks: list[Any] = [nonfinite, MetricsJsonlCallback(folder / "metrics.jsonl")]

@@ -130,6 +130,13 @@ CASES = [
     ("train-num-iterations-0", "train", ["model=tiny", "method.num_iterations=0"], None, None, ["num_iterations=0", "integer >= 1"]),
     ("train-alpha-text", "train", ["model=tiny", "method.alpha=abc"], None, None, ["alpha='abc'", "[0, 1]"]),
     ("train-save-steps", "train", ["model=tiny", "trainer.save_steps=3"], None, None, ["save_steps=3", "multiple of"]),
+    ("train-temperature-negative", "train", ["model=tiny", "trainer.temperature=-1"], None, None, ["trainer.temperature", "(0, inf)", "-1"]),
+    ("train-temperature-text", "train", ["model=tiny", "trainer.temperature=abc"], None, None, ["trainer.temperature", "'abc'"]),
+    ("train-top-p", "train", ["model=tiny", "trainer.top_p=1.5"], None, None, ["trainer.top_p", "(0, 1]", "1.5"]),
+    ("train-num-generations-0", "train", ["model=tiny", "trainer.num_generations=0"], None, None, ["trainer.num_generations", "integer in [2, inf)", "0"]),
+    ("train-lr-0", "train", ["model=tiny", "trainer.learning_rate=0"], None, None, ["trainer.learning_rate", "(0, inf)"]),
+    ("train-prompt-template", "train", ["model=tiny", "data.prompt_template=bogus"], None, None, ["'bogus'", "options:", "paper"]),
+    ("train-model-path-missing", "train", ["model=qwen2p5_0p5b", "model.path=/no/such/model"], None, None, ["model.path=/no/such/model", "not a folder"]),
     # --- train: typos and data files
     ("train-typo-key", "train", ["model=tiny", "trainer.max_stepz=3"], None, None, ["trainer.max_stepz", "not in struct"]),
     ("train-empty-dataset", "train", ["model=tiny"], None, "train:", ["train.jsonl", "is empty"]),
@@ -144,6 +151,9 @@ CASES = [
     ("eval-zero-samples", "evaluate", ["model=tiny", "n_samples=0"], None, None, ["n_samples", "positive integer", "0"]),
     ("eval-top-p", "evaluate", ["model=tiny", "top_p=1.5"], None, None, ["top_p", "(0, 1]", "1.5"]),
     ("eval-typo-key", "evaluate", ["model=tiny", "eval.limt=3"], None, None, ["eval.limt", "not in struct"]),
+    ("eval-prompt-template", "evaluate", ["model=tiny", "prompt_template=bogus"], None, None, ["'bogus'", "allowed:", "paper"]),
+    ("eval-model-path-no-preset", "evaluate", ["model=/no/such", "model.path=/x"], None, None, ["model_path=", "needs model=<preset>", "qwen2p5_0p5b"]),
+    ("eval-model-path-missing", "evaluate", ["model=qwen2p5_0p5b", "model.path=/no/such/model"], None, None, ["/no/such/model", "not found"]),
     ("eval-no-model-path", "evaluate", ["model=/no/such/model"], None, None, ["/no/such/model", "not found"]),
     ("eval-no-run-folder", "evaluate", ["run=/no/such/run"], None, None, ["/no/such/run", "not found"]),
     ("eval-run-no-checkpoint", "evaluate", ["run={RUN}"], setup_run_no_ckpt, None, ["best_checkpoint", "checkpoint=<folder>"]),
@@ -161,6 +171,7 @@ CASES = [
     ("agg-empty-tree", "aggregate", ["results_dir={RESULTS}"], setup_empty_tree, None, ["no results found", "eval/**/*.json"]),
     ("agg-expected-seeds", "aggregate", ["results_dir={RESULTS}", "expected_seeds=0"], setup_mixed, None, ["expected_seeds", ">= 1", "0"]),
     ("agg-confidence", "aggregate", ["results_dir={RESULTS}", "confidence=1.5"], setup_mixed, None, ["confidence", "(0, 1)", "1.5"]),
+    ("agg-curves-x", "aggregate", ["results_dir={RESULTS}", "curves.x=epoch"], setup_mixed, None, ["curves.x", "num_tokens, step", "'epoch'"]),
     ("agg-typo-key", "aggregate", ["results_dir={RESULTS}", "expected_seed=3"], setup_mixed, None, ["expected_seed", "not in struct"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
@@ -191,7 +202,7 @@ def _check(case, code, stderr: str, before, results: Path) -> None:
     assert code == 2, f"exit {code}: {stderr}"
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert lines, "no error message"
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {stderr}"
     last = lines[-1]
     assert last.startswith("error: "), stderr
     for pat in patterns:
@@ -271,3 +282,22 @@ def subprocess_runs(tmp_path_factory, tiny_model_dir):
 def test_bad_input_subprocess(name, subprocess_runs):
     case, code, err, before, results = subprocess_runs[name]
     _check(case, code, err, before, results)
+
+
+def test_train_tokenizer_that_cannot_load_writes_nothing(tmp_path, monkeypatch, capsys):
+    """The tokenizer loads before the run folder (and its lock) is made: a folder without tokenizer files is
+    one line naming it, and results/ stays empty."""
+    from pspo_repro import train
+
+    empty = tmp_path / "no_tokenizer"
+    empty.mkdir()
+    results = tmp_path / "results"
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(results))
+    monkeypatch.setenv("PSPO_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(sys, "argv", ["pspo_repro.train", "model=tiny", f"model.tokenizer={empty}"])
+    with pytest.raises(SystemExit) as exc:
+        train.main()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exc.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: cannot load the tokenizer of {empty}: "), lines
+    assert not results.exists()

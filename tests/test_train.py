@@ -133,7 +133,15 @@ def test_main_process_is_global_rank_0(monkeypatch):
     assert not train.is_main_process()
 
 
-def test_second_process_on_the_same_run_folder_fails_at_once(results_root, no_model_load, monkeypatch):
+def test_second_process_on_the_same_run_folder_fails_at_once(results_root, monkeypatch):
+    """The lock is taken before the model loads (the tokenizer and TRL's config come first: they are
+    checked before anything is written)."""
+    import pspo_repro.models as models
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(models, "load_model", boom)
     cfg = _compose(["model=tiny"])
     folder = train.run_folder(cfg, "")
     with train.run_folder_lock(folder):  # another job training this folder
