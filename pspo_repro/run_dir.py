@@ -118,7 +118,8 @@ def _safetensors_problem(path: Path) -> str | None:
 
 def checkpoint_problems(ckpt: Path) -> list[str]:
     """Reasons ``ckpt`` must not be resumed from: no completion marker, a file missing or of another
-    size than when it was saved, a cut safetensors file, an unreadable trainer_state.json. Empty: good."""
+    size than when it was saved, a cut safetensors file, a file whose sha256 changed since it was saved,
+    an unreadable trainer_state.json. Empty: good."""
     marker = ckpt / COMPLETE_MARKER
     if not marker.is_file():
         return [f"{marker} missing (save interrupted)"]
@@ -126,6 +127,7 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
         files = json.loads(marker.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError) as exc:
         return [f"{marker}: unreadable ({exc})"]
+    digests = json.loads(marker.read_text(encoding="utf-8")).get("sha256", {})  # absent in older markers
     problems = []
     for name, size in sorted(files.items()):
         path = ckpt / name
@@ -135,6 +137,8 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
             problems.append(f"{path} has {path.stat().st_size} bytes, {size} when saved")
         elif name.endswith(".safetensors") and (why := _safetensors_problem(path)):
             problems.append(why)
+        elif name in digests and _sha256(path) != digests[name]:
+            problems.append(f"{path}: contents differ from when it was saved (sha256 mismatch)")
     state = ckpt / "trainer_state.json"
     try:
         json.loads(state.read_text(encoding="utf-8"))
@@ -143,14 +147,19 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
     return problems
 
 
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def write_checkpoint_marker(ckpt: Path, step: int) -> None:
-    """Record every file of a just-saved checkpoint with its size (``checkpoint_problems`` checks them)."""
-    files = {
-        str(p.relative_to(ckpt)): p.stat().st_size
-        for p in sorted(ckpt.rglob("*"))
-        if p.is_file() and p.name != COMPLETE_MARKER
-    }
-    write_json(ckpt / COMPLETE_MARKER, {"step": int(step), "files": files})
+    """Record every file of a just-saved checkpoint with its size and sha256 (``checkpoint_problems`` checks
+    them): sizes catch a cut file, digests a same-size corruption (zeroed pages, flipped bytes). Hashing
+    reads the files the Trainer has just written (page cache), about 1 s per GB of checkpoint."""
+    paths = [p for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name != COMPLETE_MARKER]
+    files = {str(p.relative_to(ckpt)): p.stat().st_size for p in paths}
+    digests = {str(p.relative_to(ckpt)): _sha256(p) for p in paths}
+    write_json(ckpt / COMPLETE_MARKER, {"step": int(step), "files": files, "sha256": digests})
 
 
 def last_checkpoint(folder: Path) -> Path | None:

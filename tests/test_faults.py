@@ -136,6 +136,26 @@ def test_sigkill_during_training_resumes_to_the_same_weights_and_metrics(tmp_pat
     assert _metrics(folder) == _metrics(straight_run)  # steps 1-4, once each, same values
 
 
+@pytest.mark.slow
+def test_kill_after_the_budget_checkpoint_finishes_without_another_step(tmp_path, tiny_model_dir):
+    """A kill between the token budget's final checkpoint and run.json's "finished": the rerun takes no
+    step past the budget; it marks the run finished from that checkpoint's trainer state."""
+    results = tmp_path / "results"
+    ov = [*TRAIN, "trainer.token_budget=1"]
+    folder = _train_in_process(ov, results)
+    run = json.loads((folder / "run.json").read_text())
+    assert (run["status"], run["stop_reason"], run["final_step"]) == ("finished", "token_budget", 1)
+    metrics = (folder / "metrics.jsonl").read_text()
+    (folder / "run.json").write_text(json.dumps({**run, "status": "running"}))  # as if killed before this
+
+    assert _train_in_process(ov, results) == folder
+    again = json.loads((folder / "run.json").read_text())
+    assert (again["status"], again["stop_reason"], again["final_step"]) == ("finished", "token_budget", 1)
+    assert again["num_tokens"] == run["num_tokens"]
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-1"]
+    assert (folder / "metrics.jsonl").read_text() == metrics
+
+
 def _ckpt_with_marker(folder: Path, step: int, tensor_value: float = 1.0) -> Path:
     import torch
     from safetensors.torch import save_file
@@ -159,6 +179,8 @@ def _ckpt_with_marker(folder: Path, step: int, tensor_value: float = 1.0) -> Pat
         ("drop_state", "trainer_state.json"),
         ("truncate_optimizer", "optimizer.pt"),
         ("flip_header", "model.safetensors"),
+        ("flip_data", "model.safetensors"),
+        ("zero_optimizer", "optimizer.pt"),
     ],
 )
 def test_damaged_latest_checkpoint_is_detected_and_set_aside(tmp_path, caplog, damage, named):
@@ -176,6 +198,12 @@ def test_damaged_latest_checkpoint_is_detected_and_set_aside(tmp_path, caplog, d
         (bad / "trainer_state.json").unlink()
     elif damage == "truncate_optimizer":
         (bad / "optimizer.pt").write_bytes(b"x" * 10)
+    elif damage == "flip_data":  # same size, valid header, one byte of tensor data flipped
+        data = bytearray(w.read_bytes())
+        data[-1] ^= 0xFF
+        w.write_bytes(bytes(data))
+    elif damage == "zero_optimizer":  # same size, zero-filled (a page lost in a crash)
+        (bad / "optimizer.pt").write_bytes(b"\0" * 100)
     else:  # same size, a header that no longer describes the data
         data = bytearray(w.read_bytes())
         data[0:8] = (len(data) * 2).to_bytes(8, "little")
