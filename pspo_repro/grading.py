@@ -98,7 +98,7 @@ def parse_number(s: str) -> Fraction | None:
     """
     t = _LATEX_NOISE.sub("", s)
     t = t.replace("{,}", ",").rstrip(".")
-    if t.startswith("\\%") or not t:
+    if t.startswith("\\%") or not t or sum(c.isdigit() for c in t) > MAX_DIGITS:
         return None
     t = t.replace("\\%", "%")
     m = _PLAIN_RE.match(t)
@@ -119,6 +119,11 @@ def parse_number(s: str) -> Fraction | None:
         value = Fraction(int(num), int(den))
         return -value if sign == "-" else value
     return None
+
+
+# A number with more digits is no answer to these benchmarks; parsing it is unbounded work on untrusted
+# text (int() refuses > 4300 digits, float() overflows past ~308): such strings are "no number".
+MAX_DIGITS = 100
 
 
 def _leading_number(s: str) -> Fraction | None:
@@ -283,6 +288,14 @@ def final_answer_key(response: str, kind: str) -> str | None:
 # ---------------------------------------------------------------- the authors' reward
 
 
+_TOL = Fraction(1, 10**6)
+
+
+def _authors_isclose(a: Fraction, b: Fraction) -> bool:
+    """``math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)`` in exact arithmetic (no float overflow)."""
+    return abs(a - b) <= max(_TOL * max(abs(a), abs(b)), _TOL)
+
+
 def gsm8k_numeric_reward(response: str, gold: str) -> float:
     """The authors' ``gsm8k_numeric_reward``: effective values {0, 0.05, 1}.
 
@@ -303,7 +316,7 @@ def gsm8k_numeric_reward(response: str, gold: str) -> float:
     gold_value = parse_number(gold)
     if value is None:
         score -= 0.2
-    elif gold_value is not None and math.isclose(float(value), float(gold_value), rel_tol=1e-6, abs_tol=1e-6):
+    elif gold_value is not None and _authors_isclose(value, gold_value):
         score += 1.0
     if _AUTHORS_FORMAT_RE.search(response):
         score += 0.05

@@ -67,7 +67,10 @@ def load_model(model_cfg: Any, tokenizer, use_cuda: bool):
     if model_cfg.get("attn_implementation"):
         kwargs["attn_implementation"] = model_cfg.attn_implementation
     if not model_cfg.get("random_init"):
-        return AutoModelForCausalLM.from_pretrained(model_source(model_cfg), dtype=dtype, **kwargs)
+        # safetensors only: a pickled checkpoint (pytorch_model.bin) can run code when loaded
+        return AutoModelForCausalLM.from_pretrained(
+            model_source(model_cfg), dtype=dtype, use_safetensors=True, **kwargs
+        )
     arch = dict(model_cfg.arch)
     model_type = arch.pop("model_type")
     if arch.get("vocab_size", 0) < len(tokenizer):

@@ -60,8 +60,10 @@ def init_model(arch: dict[str, Any] | None, seed: int):
     base = tiny_model_path()
     tokenizer = AutoTokenizer.from_pretrained(base)
     if not arch:
-        return AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), tokenizer
-    model_cfg = AutoModelForCausalLM.from_pretrained(base).config
+        return AutoModelForCausalLM.from_pretrained(
+            base, dtype=torch.float32, use_safetensors=True
+        ), tokenizer
+    model_cfg = AutoModelForCausalLM.from_pretrained(base, use_safetensors=True).config
     for key, value in arch.items():
         if not hasattr(model_cfg, key):
             raise ValueError(f"model.arch: {key!r} is not a Qwen2Config field")

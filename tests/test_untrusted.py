@@ -62,6 +62,35 @@ def test_no_grader_or_reward_executes_a_completion(tmp_path, gold, kind):
         assert not marker.exists(), f"executed: {text!r}"
 
 
+def _huge_numbers() -> list[str]:
+    """Numbers no float or int() takes: 400 digits (float overflow), 5000 digits (int()'s 4300 limit)."""
+    big, huge = "9" * 400, "1" * 5000
+    return [
+        f"#### {big}",
+        f"#### {huge}",
+        f"The answer is {big}",
+        f"\\boxed{{{huge}}}",
+        f"\\boxed{{\\frac{{{huge}}}{{3}}}}",
+        f"${big}.5$",
+        f"#### -{big}/7",
+    ]
+
+
+@pytest.mark.parametrize("gold, kind", [("18", "numeric"), ("\\frac{1}{3}", "latex")])
+def test_huge_numbers_in_a_completion_grade_wrong_without_raising(gold, kind):
+    for text in _huge_numbers():
+        assert grading.reward_correct(text, gold, kind) is False, text
+        assert grading.true_correct(text, gold, kind) is False, text
+        grading.final_answer_key(text, kind)
+        if kind == "numeric":
+            assert grading.gsm8k_numeric_reward(text, gold) in (0.0, 0.05), text
+        for name in ("math_verify", "gsm8k_numeric"):
+            assert get_reward(name)(prompts=["q"], completions=[text], answer=[gold], answer_kind=[kind]) in (
+                [0.0],
+                [0.05],
+            ), (name, text)
+
+
 # Code paths that would evaluate text: allowed only where a comment documents why they are safe.
 _FORBIDDEN = re.compile(r"(?<![\w.])(eval|exec)\(|sympify|parse_expr|ExprExtractionConfig")
 # (file, substring of the line) pairs: documentation strings that name the forbidden calls.
@@ -101,10 +130,20 @@ def test_model_loads_are_safetensors_and_no_remote_code_by_default():
     trust_remote_code is passed only from a model config."""
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_text()
-        for m in re.finditer(r"trust_remote_code\s*=\s*([^,)\n]+)", text):
+        for m in re.finditer(r"""["']?trust_remote_code["']?\s*[=:]\s*([^,)}\n]+)""", text):
             assert "model_cfg" in m.group(1), f"{path.name}: trust_remote_code={m.group(1)}"
-    hf = (PACKAGE / "backends" / "hf.py").read_text()
-    assert "use_safetensors=True" in hf
+    loads = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "scripts").glob("*.py")]):
+        text = path.read_text()
+        for m in re.finditer(r"AutoModelForCausalLM\.from_pretrained\(", text):
+            depth, end = 1, m.end()
+            while depth:  # to the call's closing parenthesis
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                end += 1
+            call = text[m.end() : end - 1]
+            loads.append(f"{path.name}: {call.strip()}")
+            assert "use_safetensors=True" in call, f"{path.name}: from_pretrained({call.strip()}"
+    assert len(loads) >= 4, loads  # hf backend, models.load_model, sft (2)
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
