@@ -318,6 +318,9 @@ def ablation_step(cfg: DictConfig, root: Path) -> int | None:
 def aggregate_cmd(cfg: DictConfig, root: Path) -> list[str]:
     """``python -m pspo_repro.aggregate`` over ``root`` into ``root`` (the committed tables and figures)."""
     cmd = [sys.executable, "-m", "pspo_repro.aggregate", f"results_dir={root}", f"out_dir={root}"]
+    # The mini ablation's alpha = 0.1 row is the untagged main pspo run (identical settings; rl.groups in
+    # conf/mini.yaml), so every pspo run with an alpha goes into Table 8, not only alpha_ablation-* tags.
+    cmd.append("ablation.tag_prefix=null")
     step = ablation_step(cfg, root) if (root / "runs").is_dir() else None
     if step:
         cmd.append(f"ablation.step={step}")
