@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,7 +72,18 @@ class SlurmLauncher(_StockSlurmLauncher):
     """hydra-submitit-launcher's Slurm launcher with fail-fast polling of all jobs together."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        """Submit one Slurm job per override list and wait, stopping at the first failure."""
+        """Submit one Slurm job per override list and wait, stopping at the first failure.
+
+        A failure ends the driver with exit status 1 and ``error: <what failed, where its logs are>`` as the
+        last lines of stderr, without the stack trace Hydra prints for a launcher's exception.
+        """
+        try:
+            return self._launch(job_overrides, initial_job_idx)
+        except SlurmJobFailed as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+
+    def _launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
         from submitit.slurm.slurm import SlurmJob
 
