@@ -89,6 +89,9 @@ def resolve_target(cfg: Any) -> Target:
     """The model/checkpoint to evaluate and its result identity, from ``run=`` or ``model=``."""
     if cfg.run and cfg.model_ref:
         raise EvalError("give run=<run folder> or model=<name|path|hub id>, not both")
+    local = cfg.get("model_path")
+    if local and not cfg.model_ref:  # with run= it would be ignored
+        raise EvalError("model_path= needs model=<preset>: the folder holds that preset's weights")
     if cfg.run:
         run_dir = Path(str(cfg.run)).expanduser()
         if not run_dir.is_dir() and (results_dir() / "runs" / str(cfg.run)).is_dir():
@@ -125,11 +128,8 @@ def resolve_target(cfg: Any) -> Target:
         raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
     if cfg.checkpoint:
         raise EvalError("checkpoint= selects a checkpoint of a run; use it with run=, or pass model=<path>")
-    if cfg.get("model_path") and not cfg.model_ref:
-        raise EvalError("model_path= needs model=<preset>: the folder holds that preset's weights")
     name = str(cfg.model_ref)
     preset = CONF_DIR / "model" / f"{name}.yaml"
-    local = cfg.get("model_path")
     if local and not ("/" not in name and preset.is_file()):
         presets = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
         raise EvalError(

@@ -24,19 +24,21 @@ _SECRET_KEY_RE = re.compile(
 _MIN_SECRET_LEN = 8
 
 
+def _secret_env() -> dict[str, str]:
+    """The credential-like environment variables (WANDB_API_KEY, HF_TOKEN, ...) with values long enough."""
+    return {
+        k: v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and v and len(v) >= _MIN_SECRET_LEN
+    }
+
+
 def secret_values() -> list[str]:
-    """Values of the credential-like environment variables (WANDB_API_KEY, HF_TOKEN, ...), longest first."""
-    vals = {v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and v and len(v) >= _MIN_SECRET_LEN}
-    return sorted(vals, key=len, reverse=True)
+    """Values of the credential-like environment variables, longest first."""
+    return sorted(set(_secret_env().values()), key=len, reverse=True)
 
 
 def secret_names_in(args: list[str]) -> list[str]:
     """Names of the credential-like environment variables whose value appears in one of ``args``."""
-    found = set()
-    for k, v in os.environ.items():
-        if _SECRET_ENV_RE.search(k) and v and len(v) >= _MIN_SECRET_LEN and any(v in a for a in args):
-            found.add(k)
-    return sorted(found)
+    return sorted(k for k, v in _secret_env().items() if any(v in a for a in args))
 
 
 def redact(obj: Any, _secrets: list[str] | None = None) -> Any:

@@ -124,10 +124,11 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
     if not marker.is_file():
         return [f"{marker} missing (save interrupted)"]
     try:
-        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+        files = recorded["files"]
     except (OSError, ValueError, KeyError) as exc:
         return [f"{marker}: unreadable ({exc})"]
-    digests = json.loads(marker.read_text(encoding="utf-8")).get("sha256", {})  # absent in older markers
+    digests = recorded.get("sha256", {})  # absent in older markers
     problems = []
     for name, size in sorted(files.items()):
         path = ckpt / name

@@ -326,21 +326,18 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
     return GRPOConfig(**kwargs)
 
 
-def _budget_spent(checkpoint: Path, budget: int | None) -> bool:
-    """Whether ``checkpoint``'s trainer state has already consumed the token budget."""
+def _spent_budget_state(checkpoint: Path, budget: int | None) -> dict | None:
+    """``checkpoint``'s trainer state when it has already consumed the token budget, else None."""
     import json
 
     if not budget:
-        return False
+        return None
     state = json.loads((checkpoint / "trainer_state.json").read_text())
-    return int(state.get("num_input_tokens_seen") or 0) >= int(budget)
+    return state if int(state.get("num_input_tokens_seen") or 0) >= int(budget) else None
 
 
-def _finish_from_checkpoint(folder: Path, checkpoint: Path, record: dict, main_process: bool) -> Path:
-    """Mark the run finished from the final checkpoint's trainer state (no training step taken)."""
-    import json
-
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
+def _finish_from_checkpoint(folder: Path, state: dict, record: dict, main_process: bool) -> Path:
+    """Mark the run finished from the final checkpoint's trainer ``state`` (no training step taken)."""
     best = state.get("best_model_checkpoint")
     record.update(
         status="finished",
@@ -512,10 +509,10 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     }
     if main_process:
         write_run_json(folder, record)
-    if resume and _budget_spent(resume, t.token_budget):
+    if resume and (spent := _spent_budget_state(resume, t.token_budget)):
         # Killed after the budget's final checkpoint but before run.json said finished: training again
         # would add a step past the budget. The checkpoint's trainer state is the run's end.
-        return _finish_from_checkpoint(folder, resume, record, main_process)
+        return _finish_from_checkpoint(folder, spent, record, main_process)
     _setup_logger(cfg, folder)
 
     model = load_model(cfg.model, tokenizer, use_cuda)
