@@ -6,8 +6,9 @@ asserts ``trl.__version__ == "1.16.0"``, so a TRL upgrade fails loudly until thi
 TRL inlines its loss formula and aggregation in ``_compute_loss`` (there is no narrower hook), so we
 override that method and keep, in TRL's order, everything it does around the formula: current log-probs
 and entropies, ``old = logps.detach()`` when no old log-probs were stored, the off-policy sequence mask,
-the entropy mask, vLLM's importance-sampling correction, ``+ beta * KL`` when ``beta != 0``, and the
-logged metrics. The formula is ``get_method(name)`` and the reduction ``aggregate(..., loss_agg)``.
+the entropy mask, vLLM's importance-sampling correction (passed to the method instead when it takes
+``importance_sampling_ratio``: VESPO, as TRL), ``+ beta * KL`` when ``beta != 0``, and the logged metrics.
+The formula is ``get_method(name)`` and the reduction ``aggregate(..., loss_agg)``.
 Generation, rewards, advantages, batching, vLLM and accelerate/DeepSpeed stay TRL's.
 
 Top-K DPPO: TRL's generate path does not return scores, so the sampling policy's top-K log-probs are
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from pspo_repro.methods import aggregate, get_method, method_extra_inputs
+from pspo_repro.methods import aggregate, get_method, method_extra_inputs, method_optional_inputs
 
 MIRRORS_TRL = "1.16.0"
 
@@ -58,6 +59,14 @@ class MethodGRPOTrainer(GRPOTrainer):
                 )
             if grpo_args.importance_sampling_level != "token":
                 raise ValueError("importance_sampling_level='sequence' is method=gspo here; keep it 'token'")
+            absorbs = "importance_sampling_ratio" in method_optional_inputs(method_name)
+            mode = grpo_args.vllm_importance_sampling_mode
+            if absorbs and grpo_args.use_vllm and grpo_args.vllm_importance_sampling_correction:
+                if mode not in ("token_truncate", "token_mask"):  # as TRL's own check for vespo
+                    raise ValueError(
+                        f"method {method_name!r} with vLLM needs vllm_importance_sampling_mode token_truncate or"
+                        f" token_mask (got {mode!r}), or trainer.vllm_importance_sampling_correction=false"
+                    )
         super().__init__(*args, **kwargs)
         self.method_name = method_name
         self._method = get_method(method_name)
@@ -65,6 +74,8 @@ class MethodGRPOTrainer(GRPOTrainer):
         self.loss_agg = loss_agg
         needs = method_extra_inputs(method_name)
         self._topk = int(self._method_params["topk"]) if "topk_logps" in needs else None
+        # VESPO folds vLLM's importance-sampling ratio into its sequence weight instead of multiplying the loss
+        self._method_takes_is = "importance_sampling_ratio" in method_optional_inputs(method_name)
 
     # ------------------------------------------------------------------ rollout (top-K DPPO only)
 
@@ -173,6 +184,9 @@ class MethodGRPOTrainer(GRPOTrainer):
                 off_policy_threshold=self.off_policy_mask_threshold,
             )
 
+        vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
+        if self._method_takes_is and vllm_is:
+            extra["importance_sampling_ratio"] = inputs["importance_sampling_ratio"]
         out = self._method(logps, old_logps, advantages, mask, **extra, **self._method_params)
         per_token_loss = out.per_token_loss
 
@@ -186,7 +200,7 @@ class MethodGRPOTrainer(GRPOTrainer):
             per_token_loss = per_token_loss * off_policy_mask
         if entropy_mask is not None:
             per_token_loss = per_token_loss * entropy_mask
-        if self.use_vllm and self.vllm_importance_sampling_correction:
+        if vllm_is and not self._method_takes_is:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         if self.beta != 0.0:
             per_token_loss = per_token_loss + self.beta * per_token_kl
@@ -208,6 +222,7 @@ class MethodGRPOTrainer(GRPOTrainer):
             num_items=num_items,
             max_completion_length=self.max_completion_length,
             accumulation_steps=accumulation,
+            num_processes=self.accelerator.num_processes,
         )
         if aux_loss is not None:
             loss = loss + self.router_aux_loss_coef * aux_loss / accumulation

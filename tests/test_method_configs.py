@@ -18,6 +18,11 @@ from pspo_repro.methods import (
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "method"
 YAMLS = sorted(CONF.glob("*.yaml"))
+# Methods whose yaml default aggregation is not the paper's shared "dapo", and why (the yaml comment says it too)
+OWN_AGGREGATION = {
+    "luspo": "luspo",  # LUSPO is GSPO's loss with its own (length-scaled) aggregation
+    "geo_mean": "grpo",  # verl's GMPO averages over sequences whatever loss_agg_mode says
+}
 
 
 def load(path: Path) -> dict:
@@ -38,7 +43,7 @@ def test_yaml_matches_function_signature(path):
     assert params == spec.defaults, "yaml defaults and function defaults must agree (one source of truth)"
     assert validate_params(cfg["name"], params) == params
     parsed = parse_method_config(cfg)
-    assert parsed.loss_agg == "dapo" and parsed.loss_agg in AGGREGATION_MODES
+    assert parsed.loss_agg == OWN_AGGREGATION.get(path.stem, "dapo") and parsed.loss_agg in AGGREGATION_MODES
     assert parsed.num_iterations == (1 if path.stem == "noclip" else 2)
 
 
@@ -81,6 +86,20 @@ def test_validate_params_applies_defaults():
         ),
         ("dppo_topk_kl", {"topk": 0}, "topk=0 is invalid; allowed: topk is an integer >= 1"),
         ("dppo_topk_kl", {"topk": 2.5}, "topk=2.5"),
+        (
+            "clip_cov",
+            {"clip_cov_ratio": 0.0},
+            "clip_cov_ratio=0.0 is invalid; allowed: clip_cov_ratio is a number in (0, 1]",
+        ),
+        ("kl_cov", {"kl_cov_ratio": 1.5}, "kl_cov_ratio=1.5"),
+        ("kl_cov", {"kl_coef": -1.0}, "kl_coef=-1.0"),
+        ("clip_cov", {"cov_ub": float("inf")}, "cov_ub=inf is invalid; allowed: cov_ub is a finite number"),
+        ("dro", {"dro_beta": 0.0}, "dro_beta=0.0 is invalid; allowed: dro_beta is a number > 0"),
+        ("vespo", {"lambda_neg": 0}, "lambda_neg=0 is invalid; allowed: lambda_neg is a number > 0"),
+        ("vespo", {"k_pos": -1.0}, "k_pos=-1.0"),
+        ("geo_mean", {"eps_high": -0.4}, "eps_high=-0.4"),
+        ("vespo", {"importance_sampling_ratio": 1.0}, "unknown parameter(s) importance_sampling_ratio"),
+        ("gpg", {"eps": 0.2}, "unknown parameter(s) eps; allowed: none"),
         ("pspo", {"eps": 0.2}, "unknown parameter(s) eps; allowed: alpha"),
         ("noclip", {"alpha": 0.1}, "unknown parameter(s) alpha; allowed: none"),
         ("clip", {"epsilon": 0.2}, "allowed: delta, eps_high, eps_low"),

@@ -27,7 +27,7 @@ from pspo_repro.methods.pspo import smoothed_ratio
 
 ALL = list_methods()
 # methods whose zero_grad_frac metric is checked against autograd
-ZERO_GRAD_METHODS = [n for n in ALL if n not in ("topr", "cispo")]
+ZERO_GRAD_METHODS = [n for n in ALL if n not in ("topr", "cispo", "gpg", "dro")]
 
 
 def example(requires_grad: bool = True):
@@ -437,6 +437,8 @@ def test_registry_names():
     assert ALL == sorted(
         ["clip", "noclip", "pspo", "sapo", "p3o", "topr", "gspo", "cispo"]
         + ["dppo_binary_tv", "dppo_binary_kl", "dppo_topk_tv", "dppo_topk_kl"]
+        # verl's remaining policy losses and TRL 1.16's remaining loss types
+        + ["gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "vespo", "luspo"]
     )
     assert method_extra_inputs("dppo_topk_kl") == ("topk_old_logps", "topk_logps")
     assert all(method_extra_inputs(n) == () for n in ALL if not n.startswith("dppo_topk"))

@@ -7,20 +7,39 @@ Usage (the trainer)::
     loss = aggregate(out.per_token_loss, mask, cfg.loss_agg, num_items=..., max_completion_length=...,
                      accumulation_steps=...)
 
-``method_extra_inputs(name)`` names the extra tensors a method needs (top-K DPPO only).
+``method_extra_inputs(name)`` names the extra tensors a method needs (top-K DPPO only);
+``method_optional_inputs(name)`` those it takes when the trainer has them (VESPO's importance_sampling_ratio).
 """
 
 # Importing the method modules registers them (order irrelevant: names are unique).
-from pspo_repro.methods import cispo, clip, dppo, gspo, noclip, p3o, pspo, sapo, topr  # noqa: F401
+from pspo_repro.methods import (  # noqa: F401
+    cispo,
+    clip,
+    cov,
+    dppo,
+    dro,
+    gmpo,
+    gpg,
+    gspo,
+    luspo,
+    noclip,
+    p3o,
+    pspo,
+    sapo,
+    topr,
+    vespo,
+)
 from pspo_repro.methods.aggregation import AGGREGATION_MODES, aggregate
 from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
 from pspo_repro.methods.registry import (
+    OPTIONAL_INPUTS,
     RESERVED_KEYS,
     MethodConfig,
     get_method,
     get_spec,
     list_methods,
     method_extra_inputs,
+    method_optional_inputs,
     parse_method_config,
     register_method,
     validate_params,
@@ -29,6 +48,7 @@ from pspo_repro.methods.registry import (
 __all__ = [
     "AGGREGATION_MODES",
     "LOG_RATIO_CLAMP",
+    "OPTIONAL_INPUTS",
     "RESERVED_KEYS",
     "MethodConfig",
     "MethodOutput",
@@ -37,6 +57,7 @@ __all__ = [
     "get_spec",
     "list_methods",
     "method_extra_inputs",
+    "method_optional_inputs",
     "parse_method_config",
     "register_method",
     "validate_params",

@@ -16,20 +16,18 @@ from pspo_repro.methods.clip import ppo_clip_bounds
 from pspo_repro.methods.registry import register_method
 
 
-@register_method("gspo")
-def gspo(
+def sequence_clip(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    *,
-    eps_low: float = 3e-4,
-    eps_high: float = 4e-4,
+    eps_low: float,
+    eps_high: float,
 ) -> MethodOutput:
-    """``-min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)`` with ``s = exp(masked mean of log r)`` per sequence.
+    """``-min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)`` on every unmasked token, ``s`` the sequence ratio.
 
-    Matches TRL's ``importance_sampling_level="sequence"``. Token log-ratios are clamped before the mean, so
-    the mean is within the clamp too. ``clip_frac``/``zero_grad_frac`` are token-weighted (TRL counts sequences).
+    Shared by GSPO and LUSPO (same per-token loss; LUSPO differs in its aggregation only). Token log-ratios
+    are clamped before the mean, so the mean is within the clamp too.
     """
     adv = token_advantages(advantages)
     lr, raw = log_ratio(logp, old_logp)
@@ -52,3 +50,21 @@ def gspo(
             "zero_grad_frac": zero_grad_frac(m, zero, adv),
         }
     return MethodOutput(m.select(loss.expand_as(lr)), metrics)
+
+
+@register_method("gspo")
+def gspo(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+) -> MethodOutput:
+    """``-min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)`` with ``s = exp(masked mean of log r)`` per sequence.
+
+    Matches TRL's ``importance_sampling_level="sequence"``. ``clip_frac``/``zero_grad_frac`` are token-weighted
+    (TRL counts sequences).
+    """
+    return sequence_clip(logp, old_logp, advantages, mask, eps_low, eps_high)

@@ -36,6 +36,17 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "kl_coef": _rule(lambda v: v >= 0, "a number >= 0"),
     "ratio_cap": _rule(lambda v: v > 0, "a number > 0"),
     "topk": _rule(lambda v: v >= 1, "an integer >= 1", integer=True),
+    # Clip-Cov / KL-Cov: the fraction of tokens selected, and Clip-Cov's covariance window
+    "clip_cov_ratio": _rule(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "kl_cov_ratio": _rule(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "cov_lb": _rule(lambda v: True, "a finite number"),
+    "cov_ub": _rule(lambda v: True, "a finite number"),
+    "dro_beta": _rule(lambda v: v > 0, "a number > 0"),  # verl raises unless dro_beta > 0
+    # VESPO's gamma weighting phi(w) = e^lambda w^k e^(-lambda w)
+    "k_pos": _rule(lambda v: v >= 0, "a number >= 0"),
+    "k_neg": _rule(lambda v: v >= 0, "a number >= 0"),
+    "lambda_pos": _rule(lambda v: v > 0, "a number > 0"),
+    "lambda_neg": _rule(lambda v: v > 0, "a number > 0"),
 }
 
 

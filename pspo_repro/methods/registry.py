@@ -3,7 +3,8 @@
 A method is a plain function ``fn(logp, old_logp, advantages, mask, *, <extra tensors>, <hyperparams>)``.
 Its signature is the schema: keyword-only parameters *without* defaults are extra input tensors the trainer
 must supply (e.g. DPPO's top-K log-probs); keyword-only parameters *with* defaults are hyperparameters, the
-keys of ``conf/method/<name>.yaml`` besides ``RESERVED_KEYS``.
+keys of ``conf/method/<name>.yaml`` besides ``RESERVED_KEYS``, except the names in ``OPTIONAL_INPUTS``:
+tensors the trainer passes when it has them (default ``None``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ MethodFn = Callable[..., MethodOutput]
 _POSITIONAL = ("logp", "old_logp", "advantages", "mask")
 # Keys of conf/method/*.yaml that are read by the trainer, not passed to the method function.
 RESERVED_KEYS = ("name", "loss_agg", "num_iterations")
+# Optional tensor inputs (keyword default None). ``importance_sampling_ratio``: TRL's vLLM importance-sampling
+# correction [B, T]; a method that takes it applies it itself (VESPO, as TRL), and the trainer then does not
+# multiply the per-token loss by it.
+OPTIONAL_INPUTS = ("importance_sampling_ratio",)
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class MethodSpec:
     fn: MethodFn
     defaults: dict[str, Any]  # hyperparameter -> default
     extra_inputs: tuple[str, ...]  # required extra tensor keywords
+    optional_inputs: tuple[str, ...] = ()  # OPTIONAL_INPUTS the method accepts
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
@@ -49,10 +55,15 @@ def register_method(name: str) -> Callable[[MethodFn], MethodFn]:
             raise TypeError(f"method {name!r} must start with parameters {_POSITIONAL}, got {head}")
         defaults: dict[str, Any] = {}
         extra: list[str] = []
+        optional: list[str] = []
         for p in params[len(_POSITIONAL) :]:
             if p.kind is not inspect.Parameter.KEYWORD_ONLY:
                 raise TypeError(f"method {name!r}: parameter {p.name!r} must be keyword-only")
-            if p.default is inspect.Parameter.empty:
+            if p.name in OPTIONAL_INPUTS:
+                if p.default is not None:
+                    raise TypeError(f"method {name!r}: optional input {p.name!r} must default to None")
+                optional.append(p.name)
+            elif p.default is inspect.Parameter.empty:
                 extra.append(p.name)
             elif p.name not in PARAM_RULES:
                 raise TypeError(
@@ -62,7 +73,7 @@ def register_method(name: str) -> Callable[[MethodFn], MethodFn]:
                 raise TypeError(f"method {name!r}: {p.name!r} is a reserved config key")
             else:
                 defaults[p.name] = p.default
-        _REGISTRY[name] = MethodSpec(name, fn, defaults, tuple(extra))
+        _REGISTRY[name] = MethodSpec(name, fn, defaults, tuple(extra), tuple(optional))
         return fn
 
     return decorator
@@ -89,6 +100,11 @@ def get_method(name: str) -> MethodFn:
 def method_extra_inputs(name: str) -> tuple[str, ...]:
     """Extra tensor keywords ``name`` requires (empty for all but the top-K DPPO variants)."""
     return get_spec(name).extra_inputs
+
+
+def method_optional_inputs(name: str) -> tuple[str, ...]:
+    """Optional tensor keywords (``OPTIONAL_INPUTS``) ``name`` accepts, e.g. VESPO's importance_sampling_ratio."""
+    return get_spec(name).optional_inputs
 
 
 def validate_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
