@@ -13,7 +13,10 @@ M = torch.tensor([[1, 1, 1], [1, 1, 0]])
 
 
 def test_modes_listed():
-    assert AGGREGATION_MODES == ("bnpo", "dapo", "dr_grpo", "grpo")
+    assert AGGREGATION_MODES == (
+        ("bnpo", "dapo", "dr_grpo", "grpo", "luspo")
+        + ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
+    )
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,14 @@ def test_modes_listed():
         ("dr_grpo", {"max_completion_length": 4, "accumulation_steps": 2.0}, 0.9375),
         ("bnpo", {}, 3.0),  # 15 / 5
         ("bnpo", {"accumulation_steps": 3.0}, 1.0),
+        ("luspo", {}, 7.5),  # mean(6, 9): each sequence's token sum
+        ("luspo", {"accumulation_steps": 2.0}, 3.75),
+        ("token-sum", {}, 15.0),
+        ("token-sum", {"num_processes": 4, "accumulation_steps": 8.0}, 60.0),  # DDP averages ranks: x dp_size
+        ("seq-mean-token-sum", {}, 7.5),  # (6 + 9) / 2 non-empty sequences
+        ("seq-mean-token-sum", {"accumulation_steps": 3.0}, 2.5),
+        ("seq-mean-token-sum-norm", {}, 2.5),  # 7.5 / T = 3 (the padded horizon)
+        ("seq-mean-token-mean", {}, 3.25),  # (6/3 + 9/2) / 2, as grpo when no row is empty
     ],
 )
 def test_golden(mode, kwargs, expected):
@@ -58,6 +69,16 @@ def test_empty_mask_gives_zero_not_nan():
         assert aggregate(zeros, torch.zeros(2, 3), mode, **kw).item() == 0.0
 
 
+def test_sequence_modes_skip_empty_rows_as_verl_but_luspo_and_grpo_count_them():
+    # a third, fully masked row: verl's seq-mean modes divide by the 2 non-empty rows, TRL's luspo/grpo by B = 3
+    loss = torch.cat([L, torch.full((1, 3), 7.0)])
+    mask = torch.cat([M, torch.zeros(1, 3, dtype=M.dtype)])
+    assert aggregate(loss, mask, "seq-mean-token-sum").item() == pytest.approx(7.5)
+    assert aggregate(loss, mask, "luspo").item() == pytest.approx(5.0)  # (6 + 9 + 0) / 3
+    assert aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx(3.25)
+    assert aggregate(loss, mask, "grpo").item() == pytest.approx(6.5 / 3)
+
+
 def test_gradient_flows_with_normaliser():
     loss = L.clone().requires_grad_(True)
     aggregate(loss, M, "dapo", num_items=10.0).backward()
@@ -65,7 +86,9 @@ def test_gradient_flows_with_normaliser():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="unknown loss aggregation 'mean'.*bnpo, dapo, dr_grpo, grpo"):
+    with pytest.raises(
+        ValueError, match="unknown loss aggregation 'mean'.*bnpo, dapo, dr_grpo, grpo, luspo, seq-mean"
+    ):
         aggregate(L, M, "mean")
     with pytest.raises(ValueError, match="max_completion_length"):
         aggregate(L, M, "dr_grpo")

@@ -15,7 +15,7 @@ import torch
 import trl
 from trl import GRPOTrainer
 
-from pspo_repro.methods import aggregate, get_method
+from pspo_repro.methods import aggregate, get_method, method_optional_inputs
 
 GA, STEPS_PER_GEN, MAX_LEN = 2, 4, 12
 
@@ -38,9 +38,24 @@ class _Accelerator:
 
 
 def trl_loss(
-    loss_type, logp, old, adv, mask, *, eps_low=0.2, eps_high=0.2, delta=None, level="token", **args
+    loss_type,
+    logp,
+    old,
+    adv,
+    mask,
+    *,
+    eps_low=0.2,
+    eps_high=0.2,
+    delta=None,
+    level="token",
+    is_ratio=None,
+    **args,
 ):
-    """Loss, d loss / d logp and logged metrics from TRL's own ``_compute_loss``."""
+    """Loss, d loss / d logp and logged metrics from TRL's own ``_compute_loss``.
+
+    ``is_ratio``: vLLM's token-level importance-sampling ratio; given, TRL runs with ``use_vllm`` and its
+    correction on (TRL multiplies the loss by it, or, for vespo, folds it into the gamma weight).
+    """
     trainer = GRPOTrainer.__new__(GRPOTrainer)
     trainer.loss_type = loss_type
     trainer.epsilon_low, trainer.epsilon_high = eps_low, eps_high
@@ -48,7 +63,8 @@ def trl_loss(
     trainer.importance_sampling_level = level
     trainer.top_entropy_quantile = 1.0
     trainer.off_policy_mask_threshold = None
-    trainer.use_vllm = False
+    trainer.use_vllm = is_ratio is not None
+    trainer.vllm_importance_sampling_correction = is_ratio is not None
     trainer.aux_loss_enabled = False
     trainer._entropy_bonus_enabled = False
     trainer.accelerator = _Accelerator()
@@ -61,6 +77,10 @@ def trl_loss(
         steps_per_generation=STEPS_PER_GEN,
         sapo_temperature_pos=args.get("tau_pos", 1.0),
         sapo_temperature_neg=args.get("tau_neg", 1.05),
+        vespo_k_pos=args.get("k_pos", 2.0),
+        vespo_lambda_pos=args.get("lambda_pos", 3.0),
+        vespo_k_neg=args.get("k_neg", 3.0),
+        vespo_lambda_neg=args.get("lambda_neg", 2.0),
         use_bias_correction_kl=False,
     )
     leaf = logp.detach().clone().requires_grad_(True)
@@ -80,6 +100,8 @@ def trl_loss(
         "old_per_token_logps": old,
         "num_items_in_batch": mask.sum() * 3,  # spans the generation batch, as in TRL
     }
+    if is_ratio is not None:
+        inputs["importance_sampling_ratio"] = is_ratio
     loss = trainer._compute_loss(None, inputs)
     loss.backward()
     return loss.detach(), leaf.grad, trainer._metrics["train"], inputs["num_items_in_batch"]
@@ -136,6 +158,29 @@ CASES = [
         "dapo",
         {"eps_low": 3e-2, "eps_high": 4e-2, "level": "sequence"},
     ),
+    # LUSPO: TRL's luspo loss_type with the sequence-level ratio, as TRL asks for it
+    (
+        "luspo",
+        {"eps_low": 3e-2, "eps_high": 4e-2},
+        "luspo",
+        "luspo",
+        {"eps_low": 3e-2, "eps_high": 4e-2, "level": "sequence"},
+    ),
+    (
+        "luspo",
+        {"eps_low": 3e-4, "eps_high": 4e-4},
+        "luspo",
+        "luspo",
+        {"eps_low": 3e-4, "eps_high": 4e-4, "level": "sequence"},
+    ),
+    ("vespo", {}, "dapo", "vespo", {}),
+    (
+        "vespo",
+        {"k_pos": 1.0, "lambda_pos": 0.5, "k_neg": 4.0, "lambda_neg": 5.0},
+        "dapo",
+        "vespo",
+        {"k_pos": 1.0, "lambda_pos": 0.5, "k_neg": 4.0, "lambda_neg": 5.0},
+    ),
 ]
 
 
@@ -155,6 +200,34 @@ def test_loss_and_gradient_match_trl(seed, name, params, mode, loss_type, trl_kw
         assert metrics["clip_high_frac"].item() == pytest.approx(ref_metrics["clip_ratio/high_mean"][0])
     if name == "cispo":
         assert metrics["clip_frac"].item() == pytest.approx(ref_metrics["cispo_clip_ratio"][0])
+    if name == "vespo":
+        assert metrics["phi_mean"].item() == pytest.approx(ref_metrics["vespo/phi_seq_mean"][0], rel=1e-6)
+    if name == "luspo":
+        # TRL logs sequence-level clipping per sequence (x.shape[1] == 1); ours is token-weighted: same when
+        # no sequence or every sequence clips, so only the "some clip" guard is compared
+        assert (metrics["clip_frac"].item() > 0) == (ref_metrics["clip_ratio/region_mean"][0] > 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", ["vespo", "clip"])
+def test_vllm_importance_sampling_correction_matches_trl(seed, name):
+    # TRL multiplies every loss by vLLM's token IS ratio except vespo, which folds it into w; the trainer must
+    # pass it to the method (method_optional_inputs) or multiply, exactly as TRL does
+    logp, old, adv, mask = batch(seed, spread=0.1)
+    g = torch.Generator().manual_seed(seed + 100)
+    is_ratio = torch.exp(0.1 * torch.randn(mask.shape, generator=g)) * mask + (1 - mask)  # 1 on padding (TRL)
+    loss_type = "vespo" if name == "vespo" else "dapo"
+    ref_loss, ref_grad, _, num_items = trl_loss(loss_type, logp, old, adv, mask, is_ratio=is_ratio)
+    leaf = logp.detach().clone().requires_grad_(True)
+    fn = get_method(name)
+    if "importance_sampling_ratio" in method_optional_inputs(name):
+        per_token = fn(leaf, old, adv, mask, importance_sampling_ratio=is_ratio).per_token_loss
+    else:
+        per_token = fn(leaf, old, adv, mask).per_token_loss * is_ratio
+    loss = aggregate(per_token, mask, "dapo", num_items=num_items * GA / STEPS_PER_GEN)
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), ref_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(leaf.grad, ref_grad, rtol=1e-5, atol=1e-7)
 
 
 def test_parity_case_exercises_clipping():
