@@ -235,3 +235,48 @@ def test_parity_case_exercises_clipping():
     logp, old, adv, mask = batch(0)
     out = get_method("clip")(logp, old, adv, mask, eps_low=0.2, eps_high=0.28)
     assert 0.05 < out.metrics["clip_frac"].item() < 0.95
+
+
+def trl_gmpo_loss(logp, old, adv, mask, eps_low, eps_high):
+    """Loss, gradient and metrics from TRL 1.16's experimental ``GMPOTrainer._compute_loss`` (GMPO = geo_mean)."""
+    from trl.experimental.gmpo import GMPOTrainer
+
+    trainer = GMPOTrainer.__new__(GMPOTrainer)
+    trainer.epsilon_low, trainer.epsilon_high = eps_low, eps_high
+    trainer.beta = 0.0
+    trainer.top_entropy_quantile = 1.0
+    trainer.accelerator = _Accelerator()
+    trainer.current_gradient_accumulation_steps = GA
+    trainer.model = SimpleNamespace(training=True)
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    leaf = logp.detach().clone().requires_grad_(True)
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (leaf, torch.zeros_like(leaf), None)
+    b, t = logp.shape
+    inputs = {
+        "prompt_ids": torch.zeros(b, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(b, 2, dtype=torch.long),
+        "completion_ids": torch.zeros(b, t, dtype=torch.long),
+        "completion_mask": mask.long(),
+        "advantages": adv,
+        "old_per_token_logps": old,
+    }
+    loss = trainer._compute_loss(None, inputs)
+    loss.backward()
+    return loss.detach(), leaf.grad, trainer._metrics["train"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("eps", [(0.4, 0.4), (0.05, 0.1)])
+def test_geo_mean_matches_trl_experimental_gmpo(seed, eps):
+    logp, old, adv, mask = batch(seed)
+    ref_loss, ref_grad, ref_metrics = trl_gmpo_loss(logp, old, adv, mask, *eps)
+    leaf = logp.detach().clone().requires_grad_(True)
+    out = get_method("geo_mean")(leaf, old, adv, mask, eps_low=eps[0], eps_high=eps[1])
+    loss = aggregate(out.per_token_loss, mask, "grpo", accumulation_steps=GA)  # mean over sequences / GA
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), ref_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(leaf.grad, ref_grad, rtol=1e-5, atol=1e-7)
+    assert leaf.grad.abs().sum() > 0
+    assert out.metrics["clip_frac"].item() == pytest.approx(ref_metrics["clip_ratio/region_mean"][0])
+    assert out.metrics["clip_low_frac"].item() == pytest.approx(ref_metrics["clip_ratio/low_mean"][0])
+    assert out.metrics["clip_high_frac"].item() == pytest.approx(ref_metrics["clip_ratio/high_mean"][0])

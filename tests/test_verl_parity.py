@@ -123,6 +123,18 @@ def verl_dppo_tv(old, logp, adv, mask, d_low=0.15, d_high=0.15, c=20.0):
     return -adv * trunc * logp * valid
 
 
+def verl_dppo_kl(old, logp, adv, mask, d_low=0.05, d_high=0.05, c=20.0):
+    # core_algos.py compute_policy_loss_dppo_kl (binary KL with verl's +1e-8 inside the log)
+    ratio = torch.exp((logp - old).clamp(-20.0, 20.0))
+    trunc = ratio.clamp(max=c).detach()
+    p, q = torch.exp(logp), torch.exp(old)
+    kl = q * (old - logp) + (1 - q) * torch.log((1.0 - q + 1e-8) / (1.0 - p + 1e-8))
+    valid_pos = (kl <= d_high) | (p <= q)
+    valid_neg = (kl <= d_low) | (p >= q)
+    valid = torch.where(adv > 0, valid_pos, valid_neg).detach().float().to(logp.dtype)
+    return -adv * trunc * logp * valid
+
+
 def verl_sapo(old, logp, adv, mask, tau_pos=1.0, tau_neg=1.05):
     # core_algos.py compute_policy_loss_sapo (per-token loss; verl aggregates it as seq-mean-token-mean)
     ratio = torch.exp((logp - old).clamp(-20.0, 20.0))
@@ -215,6 +227,7 @@ def assert_same(a, b):
             None,
         ),
         ("dppo_binary_tv", {}, "bnpo", verl_dppo_tv, {}, "token-mean"),
+        ("dppo_binary_kl", {}, "bnpo", verl_dppo_kl, {}, "token-mean"),
         ("sapo", {}, "seq-mean-token-mean", verl_sapo, {}, "seq-mean-token-mean"),
         (
             "gspo",

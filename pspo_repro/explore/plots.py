@@ -45,11 +45,13 @@ def _markers(
     """Trust-region boundaries. Lines drawn from a method's parameters are reference marks; gates are read
     off the registry's own curves (where the gradient falls below half of noclip's)."""
     r = curves.ratio
-    if name in ("clip", "gspo"):
+    if name in ("clip", "gspo", "luspo", "clip_cov", "geo_mean"):
         lo, hi = 1 - params["eps_low"], 1 + params["eps_high"]
+        if name == "geo_mean":  # GMPO's bounds are on log r: the band is (e^-eps_low, e^eps_high)
+            lo, hi = math.exp(-params["eps_low"]), math.exp(params["eps_high"])
         for x in (lo, hi):
             ax.axvline(x, color="k", ls=":", lw=0.8)
-        if name == "gspo":
+        if name in ("gspo", "luspo"):
             lo_l, hi_l = lo**SEQ_LEN, hi**SEQ_LEN  # one token's r where s = r^(1/L) meets the band
             for x in (lo_l, hi_l):
                 ax.axvline(x, color="C2", ls="--", lw=0.8)
@@ -74,6 +76,12 @@ def _markers(
                     if r[0] < x < r[-1]:
                         ax.axvline(x, color=color, ls=":", lw=0.8)
         ax.text(0.02, 0.03, "shaded: gate < 1/2 of noclip", transform=ax.transAxes, fontsize=7)
+    elif name == "kl_cov" and panel == "surrogate":
+        ax.text(0.02, 0.03, "a penalised token; others: noclip", transform=ax.transAxes, fontsize=7)
+    elif name == "vespo" and panel == "grad":
+        ax.text(
+            0.02, 0.03, "weight phi(w), w = prod r (one token: w = r)", transform=ax.transAxes, fontsize=7
+        )
     elif name == "topr":
         ax.axvline(1.0, color="C3", ls=":", lw=0.8)
         ax.text(0.02, 0.03, "A<0: weight min(r, 1)", transform=ax.transAxes, fontsize=7)

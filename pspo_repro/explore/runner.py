@@ -32,7 +32,21 @@ ORDER = (
     "dppo_binary_kl",
     "dppo_topk_tv",
     "dppo_topk_kl",
+    # verl's and TRL's remaining policy losses
+    "gpg",
+    "dro",
+    "clip_cov",
+    "kl_cov",
+    "geo_mean",
+    "vespo",
+    "luspo",
 )
+# Parameters that only the ratio-curve figures override, because a probe cannot show the default otherwise:
+# KL-Cov penalises the top kl_cov_ratio fraction of tokens by covariance with A, and on a probe grid (one
+# advantage, so covariance 0 everywhere) that pick is an arbitrary tie-break. kl_cov_ratio = 1 draws a penalised
+# token (the title says so); an unpenalised one follows noclip's curve. Clip-Cov needs no override: with zero
+# covariance no token is a candidate, so its curve is PPO's for an undetached token (a detached one is flat 0).
+FIGURE_PARAMS: dict[str, dict[str, Any]] = {"kl_cov": {"kl_cov_ratio": 1.0}}
 # The methods the checks need; run on the testbeds even when not selected for the figures.
 CHECK_METHODS = ("clip", "noclip", "pspo")
 
@@ -91,7 +105,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> int:
 
     torch.manual_seed(cfg.seed)
     alpha = params["pspo"]["alpha"]
-    curves = {m: ratio_curves(m, params[m], cfg.curves.points, cfg.curves.r_max) for m in selected}
+    fig_params = {m: {**params[m], **FIGURE_PARAMS.get(m, {})} for m in params}
+    curves = {m: ratio_curves(m, fig_params[m], cfg.curves.points, cfg.curves.r_max) for m in selected}
     ref = curves.get("noclip") or ratio_curves(
         "noclip", params["noclip"], cfg.curves.points, cfg.curves.r_max
     )
@@ -122,9 +137,11 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> int:
     figures = []
     for m in selected:
         figures += plots.save(
-            plots.method_figure(m, params[m], curves[m], ref), out_dir, f"method_{m}", fmt, dpi
+            plots.method_figure(m, fig_params[m], curves[m], ref), out_dir, f"method_{m}", fmt, dpi
         )
-    figures += plots.save(plots.overview_figure(curves, params, ref), out_dir, "methods_overview", fmt, dpi)
+    figures += plots.save(
+        plots.overview_figure(curves, fig_params, ref), out_dir, "methods_overview", fmt, dpi
+    )
     if grids:
         figures += plots.save(plots.dppo_mask_figure(grids, params), out_dir, "dppo_masks", fmt, dpi)
     for spec, runs in results:
