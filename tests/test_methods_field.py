@@ -13,9 +13,15 @@ import math
 import pytest
 import torch
 
-from pspo_repro.methods import aggregate, get_method, method_optional_inputs
+from pspo_repro.methods import (
+    aggregate,
+    get_method,
+    list_methods,
+    method_extra_inputs,
+    method_optional_inputs,
+)
 from pspo_repro.methods.cov import token_covariance
-from tests.test_methods import assert_close, example, grad_of, random_batch
+from tests.test_methods import assert_close, example, grad_of, random_batch, topk_inputs
 
 LOG_R = (0.4054651, -0.6931472, 0.0953102)
 
@@ -207,3 +213,17 @@ def test_geo_mean_band_is_in_log_space():
     r = torch.tensor([[math.exp(0.4) - 1e-6], [math.exp(0.4) + 1e-6]], dtype=torch.float64)
     g, _ = grad_of("geo_mean", old + r.log(), old, torch.ones(2, dtype=torch.float64), torch.ones_like(old))
     assert g[0, 0] != 0 and g[1, 0] == 0
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_non_contiguous_inputs_give_the_same_loss(name):
+    # the explorer's testbed passes transposed (non-contiguous) [B, T] tensors; a .view() on them once failed
+    logp, old, adv, mask = random_batch(seed=12, b=5, t=7)
+    t = {k: v.T.contiguous().T for k, v in {"logp": logp, "old": old, "mask": mask}.items()}
+    assert not t["logp"].is_contiguous()
+    extra = topk_inputs(logp) if method_extra_inputs(name) else {}
+    torch.manual_seed(0)
+    a = get_method(name)(logp, old, adv, mask, **extra).per_token_loss
+    torch.manual_seed(0)
+    b = get_method(name)(t["logp"], t["old"], adv, t["mask"], **extra).per_token_loss
+    torch.testing.assert_close(a, b)

@@ -280,3 +280,74 @@ def test_geo_mean_matches_trl_experimental_gmpo(seed, eps):
     assert out.metrics["clip_frac"].item() == pytest.approx(ref_metrics["clip_ratio/region_mean"][0])
     assert out.metrics["clip_low_frac"].item() == pytest.approx(ref_metrics["clip_ratio/low_mean"][0])
     assert out.metrics["clip_high_frac"].item() == pytest.approx(ref_metrics["clip_ratio/high_mean"][0])
+
+
+def ours_through_trainer(name, mode, logp, old, adv, mask, is_ratio=None, **params):
+    """Loss and gradient from our ``MethodGRPOTrainer._compute_loss`` itself (bare object, as ``trl_loss``)."""
+    from pspo_repro.methods import validate_params
+    from pspo_repro.trainer import MethodGRPOTrainer
+
+    trainer = MethodGRPOTrainer.__new__(MethodGRPOTrainer)
+    trainer.method_name, trainer._method = name, get_method(name)
+    trainer._method_params = validate_params(name, params)
+    trainer.loss_agg = mode
+    trainer._topk = None
+    trainer._method_takes_is = "importance_sampling_ratio" in method_optional_inputs(name)
+    trainer.beta = 0.0
+    trainer.top_entropy_quantile = 1.0
+    trainer.off_policy_mask_threshold = None
+    trainer.use_vllm = trainer.vllm_importance_sampling_correction = is_ratio is not None
+    trainer.aux_loss_enabled = False
+    trainer.accelerator = _Accelerator()
+    trainer.current_gradient_accumulation_steps = GA
+    trainer.max_completion_length = MAX_LEN
+    trainer.model = SimpleNamespace(training=True)
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    trainer.args = SimpleNamespace(steps_per_generation=STEPS_PER_GEN, use_bias_correction_kl=False)
+    leaf = logp.detach().clone().requires_grad_(True)
+    trainer._get_per_token_logps_and_entropies = lambda *a, **k: (leaf, torch.zeros_like(leaf), None)
+    b, t = logp.shape
+    inputs = {
+        "prompt_ids": torch.zeros(b, 2, dtype=torch.long),
+        "prompt_mask": torch.ones(b, 2, dtype=torch.long),
+        "completion_ids": torch.zeros(b, t, dtype=torch.long),
+        "completion_mask": mask.long(),
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": mask.sum() * 3,
+    }
+    if is_ratio is not None:
+        inputs["importance_sampling_ratio"] = is_ratio
+    loss = trainer._compute_loss(None, inputs)
+    loss.backward()
+    return loss.detach(), leaf.grad, trainer._metrics["train"]
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "mode", "loss_type", "trl_kwargs"),
+    [
+        ("vespo", {}, "dapo", "vespo", {}),
+        ("clip", {"eps_high": 0.28}, "dapo", "dapo", {"eps_high": 0.28}),
+        (
+            "luspo",
+            {"eps_low": 3e-2, "eps_high": 4e-2},
+            "luspo",
+            "luspo",
+            {"eps_low": 3e-2, "eps_high": 4e-2, "level": "sequence"},
+        ),
+    ],
+)
+@pytest.mark.parametrize("vllm", [False, True])
+def test_our_trainer_loss_equals_trls(name, params, mode, loss_type, trl_kwargs, vllm):
+    # the whole _compute_loss of our trainer, including the vLLM importance-sampling branch (GPU-only in real
+    # runs: rehearsed here with a given ratio), against TRL's own on the same tensors
+    logp, old, adv, mask = batch(2, spread=0.1)
+    is_ratio = None
+    if vllm:
+        g = torch.Generator().manual_seed(7)
+        is_ratio = torch.exp(0.1 * torch.randn(mask.shape, generator=g)) * mask + (1 - mask)
+    ref_loss, ref_grad, _, _ = trl_loss(loss_type, logp, old, adv, mask, is_ratio=is_ratio, **trl_kwargs)
+    loss, grad, metrics = ours_through_trainer(name, mode, logp, old, adv, mask, is_ratio=is_ratio, **params)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)
+    assert any(k.startswith("method/") for k in metrics)

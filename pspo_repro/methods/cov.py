@@ -72,7 +72,7 @@ def clip_cov(
         cov = token_covariance(logp, adv, m.bool)
         candidates = m.bool & ~clipped & (cov > cov_lb) & (cov < cov_ub)
         idx = torch.nonzero(candidates)  # row-major, as verl's
-        detach = torch.zeros_like(m.bool)
+        detach = torch.zeros(m.bool.shape, dtype=torch.bool, device=m.bool.device)
         if len(idx) > 0:
             n_clip = max(int(clip_cov_ratio * int(m.count.item())), 1)
             pick = idx[torch.randperm(len(idx))[:n_clip].to(idx.device)]
@@ -107,7 +107,9 @@ def kl_cov(
     ratio = torch.exp(lr)
     m = Masked(mask)
     with torch.no_grad():
-        penalised = torch.zeros_like(m.bool)
+        penalised = torch.zeros(
+            m.bool.shape, dtype=torch.bool, device=m.bool.device
+        )  # contiguous: viewed flat
         valid_idx = torch.nonzero(m.bool.reshape(-1), as_tuple=True)[0]
         if len(valid_idx) > 0:
             flat = m.bool.reshape(-1)
