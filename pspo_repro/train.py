@@ -219,6 +219,12 @@ def validate_trainer(cfg: DictConfig) -> None:
         raise UsageError(
             f"unknown data.prompt_template {cfg.data.prompt_template!r}; options: {', '.join(sorted(TEMPLATES))}"
         )
+    from pspo_repro.models import train_dtype_name
+
+    try:
+        train_dtype_name(cfg.model)  # fp32 master weights unless model.train_dtype opts out
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for key in ("path", "tokenizer"):
         value = cfg.model.get(key)
         # a local folder must exist (a tokenizer may also be a hub id: no slash-led or dotted path)
@@ -324,6 +330,16 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
     if t.get("num_generations_eval"):
         kwargs["num_generations_eval"] = t.num_generations_eval
     return GRPOConfig(**kwargs)
+
+
+def precision_record(trainer) -> dict[str, Any]:
+    """What the optimizer updates and what the forward pass computes in: the parameter dtype(s) of the
+    trainer's model and the autocast dtype of its mixed precision (None: no autocast)."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters()})
+    mixed = str(getattr(trainer.accelerator, "mixed_precision", "no") or "no")
+    autocast = {"bf16": "bfloat16", "fp16": "float16"}.get(mixed)
+    return {"param_dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "autocast_dtype": autocast,
+            "mixed_precision": mixed}  # fmt: skip
 
 
 def _spent_budget_state(checkpoint: Path, budget: int | None) -> dict | None:
@@ -515,7 +531,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         return _finish_from_checkpoint(folder, spent, record, main_process)
     _setup_logger(cfg, folder)
 
-    model = load_model(cfg.model, tokenizer, use_cuda)
+    model = load_model(cfg.model, tokenizer, use_cuda, training=True)
     if cfg.model.get("random_init") and t.use_vllm and t.vllm_mode == "colocate":
         save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
     # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
@@ -537,7 +553,11 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         method_params=method.params,
         loss_agg=method.loss_agg,
     )
-    log.info("trl %s, run folder %s, resume from %s", trl.__version__, folder, resume)
+    record["precision"] = precision_record(trainer)
+    if main_process:
+        write_run_json(folder, record)
+    log.info("trl %s, run folder %s, resume from %s, precision %s", trl.__version__, folder, resume,
+             record["precision"])  # fmt: skip
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except NonFiniteError as exc:
