@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pspo_repro import grading
+from pspo_repro.authors_reward import authors_gsm8k_reward
 
 RewardFn = Callable[..., list[float]]
 REWARDS: dict[str, RewardFn] = {}
@@ -60,10 +61,17 @@ def _kinds(answer_kind: list[str] | None, n: int) -> list[str]:
 
 @register_reward("gsm8k_numeric")
 def gsm8k_numeric(prompts, completions, answer, **kwargs) -> list[float]:
-    """The authors' reward: 1 if the final number is right, +0.05 for the '####' format; values {0, 0.05, 1}."""
+    """Our corrected version of the authors' reward (last '####', exact numbers; values {0, 0.05, 1}):
+    1 if the final number is right, +0.05 for the '####' format. ``authors_gsm8k`` is theirs as it ran."""
     return [
         grading.gsm8k_numeric_reward(completion_text(c), g) for c, g in zip(completions, answer, strict=True)
     ]
+
+
+@register_reward("authors_gsm8k")
+def authors_gsm8k(prompts, completions, answer, **kwargs) -> list[float]:
+    """The authors' reward bug for bug (``pspo_repro.authors_reward``): the paper experiments train with it."""
+    return [authors_gsm8k_reward(completion_text(c), g) for c, g in zip(completions, answer, strict=True)]
 
 
 @register_reward("math_verify")

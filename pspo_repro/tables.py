@@ -111,7 +111,10 @@ def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: N
             f"mean over seeds with {pct} Student t interval over per-seed means "
             f"(ci=t_seeds, {n_text}{t_text})"
         )
-    return f"pooled accuracy with {pct} Wilson interval on correct counts pooled over seeds (ci=wilson_pooled, {n_text})"
+    return (
+        f"mean of per-prompt accuracies pooled over seeds with {pct} Wilson interval, trials = prompts x seeds "
+        f"(the authors' interval; ci=wilson_pooled, {n_text})"
+    )
 
 
 def cell_intervals(
@@ -125,11 +128,15 @@ def cell_intervals(
             raise ResultsError(
                 f"ci=wilson_pooled needs correct counts, which metric {grp['metric'].iloc[0]!r} lacks"
             )
+        # The authors' Wilson (their _wilson_ci(mean of per-prompt accuracies, number of prompts)), pooled
+        # over seeds: the proportion is the mean of per-prompt means, trials = prompts x seeds. Samples of
+        # one prompt are not independent trials, so they are not counted as such.
+        prompts = grp["prompts"].to_numpy(dtype=float)
         interval = seed_interval(
             ci,
             grp["value"].to_numpy(),
-            grp["correct"].to_numpy(dtype=float).astype(int) if ci == "wilson_pooled" else None,
-            grp["total"].to_numpy(dtype=float).astype(int) if ci == "wilson_pooled" else None,
+            grp["value"].to_numpy(dtype=float) * prompts if ci == "wilson_pooled" else None,
+            prompts if ci == "wilson_pooled" else None,
             confidence,
         )
         out[key] = (interval, tuple(int(s) for s in grp["seed"]))

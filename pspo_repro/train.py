@@ -99,17 +99,37 @@ def check_group_choices(argv: list[str]) -> None:
                 raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
 
 
+VARIANTS = ("intended", "as_run")
+
+
 def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
-    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line."""
-    table = cfg.get("per_method")
-    if not table or cfg.method.name not in table:
-        return
+    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line.
+
+    ``variant=as_run`` then merges ``per_method_as_run[<method.name>]`` (the values the authors' released
+    script actually ran) and adds ``as_run`` to ``run_tag``, so those runs get their own folders.
+    """
+    variant = cfg.get("variant") or "intended"
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; options: {', '.join(VARIANTS)}")
+    tables = [cfg.get("per_method")]
+    if variant == "as_run":
+        as_run = cfg.get("per_method_as_run") or {}
+        if cfg.method.name not in as_run:
+            have = ", ".join(as_run) or "none (choose an experiment=paper_* file)"
+            raise UsageError(
+                f"variant=as_run has no values for method {cfg.method.name!r}; methods with an as-run variant: {have}"
+            )
+        tables.append(as_run)
+        cfg.run_tag = "-".join(t for t in (cfg.get("run_tag") or "", "as_run") if t)
     given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
-    entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
-    for group, values in entry.items():
-        for key, value in values.items():
-            if f"{group}.{key}" not in given:
-                OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
+    for table in tables:
+        if not table or cfg.method.name not in table:
+            continue
+        entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
+        for group, values in entry.items():
+            for key, value in values.items():
+                if f"{group}.{key}" not in given:
+                    OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
 
 
 def import_plugins(modules) -> None:
@@ -450,6 +470,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     folder = run_folder(cfg, tag)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("per_method", None)
+    resolved.pop("per_method_as_run", None)
     resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
     identity = identity_config(resolved)
     if not cfg.get("dry_run"):

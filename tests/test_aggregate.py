@@ -175,11 +175,19 @@ def test_duplicate_cell_is_an_error(tree, cfg_for):
 def test_wilson_pooled_caption_and_values(tree, cfg_for):
     aggregate.run(cfg_for(f"results_dir={tree}", "ci=wilson_pooled"))
     md = (tree / "tables" / "main_true_acc.md").read_text()
-    assert "Wilson interval on correct counts pooled over seeds (ci=wilson_pooled, n = 3 seeds" in md
+    caption = "pooled over seeds with 95% Wilson interval, trials = prompts x seeds (the authors' interval;"
+    assert caption in md and "ci=wilson_pooled, n = 3 seeds" in md
     from statsmodels.stats.proportion import proportion_confint
 
     low, high = proportion_confint(20 + 21 + 22, 150, alpha=0.05, method="wilson")
     assert f"| Tiny | GRPO-clip | 42.0 [{low * 100:.1f}, {high * 100:.1f}] |" in md
+    # T = 0.8, 4 samples per prompt: the authors' trials are prompts x seeds = 150, not 600 samples.
+    temp = (tree / "tables" / "temperature_true_acc.md").read_text()
+    row = next(line for line in temp.splitlines() if line.startswith("| Tiny | GRPO-clip | GSM8K |"))
+    low, high = proportion_confint(0.32 * 150, 150, alpha=0.05, method="wilson")
+    assert f"32.0 [{low * 100:.1f}, {high * 100:.1f}]" in row
+    narrow = proportion_confint(0.32 * 600, 600, alpha=0.05, method="wilson")
+    assert f"[{narrow[0] * 100:.1f}," not in row
     # One seed still has a sampling interval under Wilson: no ‡ on the baseline.
     assert "‡ |" not in md.split("\n| Tiny | Base model |")[1].split("\n")[0]
 
