@@ -10,6 +10,7 @@ time on any thread (its signal-based timeouts only work on the main thread). No 
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -95,3 +96,11 @@ def smoke_length(prompts, completions, **kwargs) -> list[float]:
     """Test-only shaping: min(characters, 64) / 64. A random tiny model never solves a problem, so smoke
     tests need a reward that varies within a group (non-zero advantages) to move the parameters."""
     return [min(len(completion_text(c)), 64) / 64 for c in completions]
+
+
+@register_reward("smoke_hash")
+def smoke_hash(prompts, completions, **kwargs) -> list[float]:
+    """Test-only: a deterministic pseudo-random score in [0, 1) from the text's CRC32, so any two different
+    completions (almost surely) differ. For precision checks on random weights, whose completions all
+    run to the length limit (``smoke_length`` then gives every one 1.0 and no gradient)."""
+    return [(zlib.crc32(completion_text(c).encode()) % 1000) / 1000 for c in completions]

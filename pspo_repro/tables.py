@@ -205,6 +205,17 @@ def grid_table(
     return Table(name, caption, row_header, columns, rows, short_notes(rows, columns))
 
 
+def rows_used(df: pd.DataFrame, datasets: Sequence[str], names: Names) -> str:
+    """Caption sentence naming the evaluation rows behind each column (``prompts`` of the long table)."""
+    if "prompts" not in df:
+        return ""
+    parts = []
+    for ds in datasets:
+        counts = sorted({int(n) for n in df.loc[df["dataset"] == ds, "prompts"].dropna()})
+        parts.append(f"{names.dataset(ds)} {'/'.join(str(n) for n in counts)}")
+    return f"Rows evaluated: {', '.join(parts)}."
+
+
 def main_table(
     long: pd.DataFrame,
     metric: str,
@@ -226,7 +237,7 @@ def main_table(
     caption = (
         f"{label} (%) at T = {temperature:g}: {ci_caption(ci, confidence, expected, names)}. "
         f"Bold: best mean per column within each model. {SHORT}: fewer seeds than expected; "
-        f"{NO_CI}: one seed, no interval."
+        f"{NO_CI}: one seed, no interval. {rows_used(df, datasets, names)}"
     )
     return grid_table(
         df, name=f"main_{metric}", caption=caption, row_keys=row_keys,
@@ -259,7 +270,7 @@ def temperature_table(
     expected = {m: expected_for(m, expected_seeds, by_method) for m in df["method"].unique()}
     caption = (
         f"{label} (%) against sampling temperature: {ci_caption(ci, confidence, expected, names)}. "
-        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval."
+        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval. {rows_used(df, datasets, names)}"
     )
     return grid_table(
         df, name=f"temperature_{metric}", caption=caption, row_keys=row_keys,

@@ -116,7 +116,7 @@ def cfg_for():
 
 
 GOLDEN_MAIN = """\
-**True accuracy (%) at T = 0: mean over seeds with 95% Student t interval over per-seed means (ci=t_seeds, n = 3 seeds per cell (Base model: 1), t = 4.303). Bold: best mean per column within each model. †: fewer seeds than expected; ‡: one seed, no interval.**
+**True accuracy (%) at T = 0: mean over seeds with 95% Student t interval over per-seed means (ci=t_seeds, n = 3 seeds per cell (Base model: 1), t = 4.303). Bold: best mean per column within each model. †: fewer seeds than expected; ‡: one seed, no interval. Rows evaluated: GSM8K 50, SVAMP 50.**
 
 | Model | Method | GSM8K | SVAMP |
 |:---|:---|---:|---:|
@@ -250,7 +250,7 @@ def test_reproduction_report(results_root, cfg_for, tmp_path):
     text = (results_root / "tables" / "reproduction_report.md").read_text()
     assert "| Qwen2.5-0.5B | GR-PSPO | GSM8K | true_acc | 0 | 40.0 [35.0, 45.0] | 3 | 39.7 | +0.3 |" in text
     assert "Qwen2.5-0.5B / GRPO-clip / GSM8K / true_acc / T=0: paper 17.6" in text
-    assert "Qwen2-Math-1.5B / GR-PSPO / MATH / true_acc / T=0: paper 59.6" in text
+    assert "Qwen2-Math-1.5B / GR-PSPO / MATH-500 / true_acc / T=0: paper 59.6" in text
 
 
 def test_only_runs_skips_eval_tables(results_root, cfg_for):

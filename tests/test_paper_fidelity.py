@@ -67,3 +67,19 @@ def test_as_run_command_line_keys_still_win():
 def test_bad_variant_is_one_line(overrides, message):
     with pytest.raises(UsageError, match=message):
         train.apply_per_method(_compose(overrides), overrides)
+
+
+def test_paper_reference_names_metric_set_and_the_papers_sentence():
+    import pandas as pd
+    from omegaconf import OmegaConf
+
+    from pspo_repro.data import DATASETS
+    from pspo_repro.report import load_reference
+
+    ref = load_reference(CONF_DIR.parent / "results" / "paper_reference.csv")
+    metrics = OmegaConf.load(CONF_DIR / "aggregate.yaml").metrics
+    assert len(ref) == 8
+    for row in ref.to_dict("records"):
+        assert row["metric"] in metrics and row["dataset"] in DATASETS
+        assert isinstance(row["set"], str) and row["set"] and not pd.isna(row["evidence"])
+        assert "true accuracy" in row["evidence"] or "On MATH" in row["evidence"]

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from pspo_repro import train
 from pspo_repro.models import load_model, load_tokenizer, resolve_dtype, train_dtype_name
+from pspo_repro.precision import build_trainer, changed_fraction
 from pspo_repro.train import CONF_DIR, UsageError
 
 
@@ -77,88 +78,23 @@ def test_low_precision_training_dtype_is_refused_in_one_line(results_root, dtype
     train.validate_trainer(_compose(["model=tiny", f"model.dtype={dtype}", f"model.train_dtype={dtype}"]))
 
 
-def _changed_fraction(before, after, grads):
-    """Share of the weights with a non-zero gradient whose value changed."""
-    moved = total = 0
-    for name, g in grads.items():
-        mask = g != 0
-        total += int(mask.sum())
-        moved += int(((after[name] != before[name]) & mask).sum())
-    return moved / total
-
-
-class _Probe:
-    """Trainer callback: weights before the first step, gradients just before it, weights after it."""
-
-    def __init__(self, model):
-        self.model = model
-        self.before = self.grads = self.after = None
-        self.matmul_dtypes: set[torch.dtype] = set()
-        layer = model.model.layers[0].mlp.up_proj
-        layer.register_forward_hook(lambda m, i, o: self.matmul_dtypes.add(o.dtype))
-
-    def _params(self):
-        return {n: p.detach().clone() for n, p in self.model.named_parameters()}
-
-    def on_train_begin(self, args, state, control, **kw):
-        self.before = self._params()
-
-    def on_pre_optimizer_step(self, args, state, control, **kw):
-        self.grads = {
-            n: p.grad.detach().clone().float() for n, p in self.model.named_parameters() if p.grad is not None
-        }
-
-    def on_optimizer_step(self, args, state, control, **kw):
-        if self.after is None:
-            self.after = self._params()
-
-    def __getattr__(self, name):  # the other TrainerCallback events: no-ops
-        if name.startswith("on_"):
-            return lambda *a, **k: None
-        raise AttributeError(name)
-
-
 @pytest.mark.slow
 def test_bf16_autocast_on_cpu_keeps_fp32_weights_and_moves_them(tiny_model_dir, results_root):
     """``trainer.bf16=true`` on CPU: fp32 parameters in the trainer, bf16 matmuls, and one AdamW step at
     lr 1e-6 changes >= 90% of the weights that got a gradient (bf16 weights: a small fraction)."""
-    from pspo_repro.rewards import get_reward
-    from pspo_repro.trainer import MethodGRPOTrainer
-
-    overrides = [
-        "model=tiny", "trainer.bf16=true", "trainer.learning_rate=1e-6", "trainer.warmup_steps=0",
-        "trainer.max_steps=1", "trainer.eval_steps=null", "trainer.save_steps=100", "trainer.token_budget=null",
-        "trainer.per_device_train_batch_size=4", "trainer.gradient_accumulation_steps=1",
-        "trainer.num_generations=4", "trainer.max_completion_length=12", "reward=smoke_length", "logger=none",
-        "data.n_train=8",
-    ]  # fmt: skip
-    cfg = _compose(overrides)
-    method = train.validate(cfg)
-    rows, _ = train.load_data(cfg)
-    folder = results_root / "precision"
-    tokenizer, args, use_cuda = train._prepare(cfg, folder, method)
-    assert args.bf16 and not use_cuda
-    model = load_model(cfg.model, tokenizer, use_cuda, training=True)
-    probe = _Probe(model)
-    trainer = MethodGRPOTrainer(
-        model=model,
-        reward_funcs=[get_reward(n) for n in cfg.reward.funcs],
-        args=args,
-        train_dataset=train.to_dataset(rows, tokenizer, cfg.data.prompt_template, None),
-        processing_class=tokenizer,
-        callbacks=[probe],
-        method_name=method.name,
-        method_params=method.params,
-        loss_agg=method.loss_agg,
-    )
-    record = train.precision_record(trainer)
-    assert record == {"param_dtype": "float32", "autocast_dtype": "bfloat16", "mixed_precision": "bf16"}
+    trainer, probe = build_trainer(["model=tiny", "trainer.bf16=true", "trainer.max_steps=1"])
+    assert trainer.args.bf16 and trainer.args.learning_rate == 1e-6
+    assert train.precision_record(trainer) == {
+        "param_dtype": "float32",
+        "autocast_dtype": "bfloat16",
+        "mixed_precision": "bf16",
+    }
     trainer.train()
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
     assert torch.bfloat16 in probe.matmul_dtypes  # the forward pass ran under bf16 autocast
-    assert probe.grads and probe.after is not None
+    assert probe.grads and probe.after_first is not None
     assert sum(int((g != 0).sum()) for g in probe.grads.values()) > 1000
-    fp32 = _changed_fraction(probe.before, probe.after, probe.grads)
+    fp32 = changed_fraction(probe.before, probe.after_first, probe.grads)
     assert fp32 >= 0.9, f"only {fp32:.1%} of the fp32 weights with a gradient changed"
 
     # The same step on bf16 weights (the defect this guards against): most updates round away.
@@ -169,6 +105,6 @@ def test_bf16_autocast_on_cpu_keeps_fp32_weights_and_moves_them(tiny_model_dir, 
         low[n].grad = probe.grads[n].to(torch.bfloat16)
     start = {n: t.detach().clone() for n, t in low.items()}
     opt.step()
-    bf16 = _changed_fraction(start, {n: t.detach() for n, t in low.items()}, probe.grads)
+    bf16 = changed_fraction(start, {n: t.detach() for n, t in low.items()}, probe.grads)
     print(f"changed after one AdamW step at lr 1e-6: fp32 {fp32:.1%}, bf16 {bf16:.1%}")
     assert bf16 < 0.5, f"{bf16:.1%} of bf16 weights changed: the test would not tell the dtypes apart"
