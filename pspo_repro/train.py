@@ -575,6 +575,12 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         loss_agg=method.loss_agg,
     )
     record["precision"] = precision_record(trainer)
+    if record["precision"]["param_dtype"] != "float32" and not cfg.model.get("train_dtype"):
+        # load_model asked for fp32; anything else (a plugin model class, a cast) is caught here, not later
+        raise UsageError(
+            f"training parameters are {record['precision']['param_dtype']}, not float32 (model.dtype="
+            f"{cfg.model.get('dtype')}); set model.train_dtype to opt in"
+        )
     if main_process:
         write_run_json(folder, record)
     log.info("trl %s, run folder %s, resume from %s, precision %s", trl.__version__, folder, resume,
