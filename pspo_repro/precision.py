@@ -84,10 +84,9 @@ class Probe:
         raise AttributeError(name)
 
 
-def build_trainer(overrides: list[str]) -> tuple[Any, Any]:
-    """A ``MethodGRPOTrainer`` built as ``python -m pspo_repro.train`` builds it, writing under a fresh
-    temporary folder; returns (trainer, probe)."""
-    import tempfile
+def build_trainer(overrides: list[str], root) -> tuple[Any, Any]:
+    """A ``MethodGRPOTrainer`` built as ``python -m pspo_repro.train`` builds it, writing under the folder
+    ``root``; returns (trainer, probe)."""
     from pathlib import Path
 
     from hydra import compose, initialize_config_dir
@@ -103,7 +102,7 @@ def build_trainer(overrides: list[str]) -> tuple[Any, Any]:
         cfg = compose("train", overrides=[*RUN_OVERRIDES, *overrides])
     method = train.validate(cfg)
     rows, _ = train.load_data(cfg)
-    folder = Path(tempfile.mkdtemp(prefix="precision-")) / "runs" / str(cfg.model.name) / "precision"
+    folder = Path(root) / "runs" / str(cfg.model.name) / "precision"
     tokenizer, args, use_cuda = train._prepare(cfg, folder, method)
     model = load_model(cfg.model, tokenizer, use_cuda, training=True)
     probe = Probe(model)
@@ -123,12 +122,15 @@ def build_trainer(overrides: list[str]) -> tuple[Any, Any]:
 
 def measure(overrides: list[str]) -> dict[str, Any]:
     """Train ``trainer.max_steps`` steps (from ``overrides``) and report the precision figures."""
+    import tempfile
+
     from pspo_repro.train import precision_record
 
-    trainer, probe = build_trainer(overrides)
-    record = precision_record(trainer)
-    trainer.train()
-    after = precision_record(trainer)
+    with tempfile.TemporaryDirectory(prefix="precision-") as root:  # the trainer's output, dropped after
+        trainer, probe = build_trainer(overrides, root)
+        record = precision_record(trainer)
+        trainer.train()
+        after = precision_record(trainer)
     return {
         **record,
         "param_dtype_after": after["param_dtype"],

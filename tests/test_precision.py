@@ -82,7 +82,7 @@ def test_low_precision_training_dtype_is_refused_in_one_line(results_root, dtype
 def test_bf16_autocast_on_cpu_keeps_fp32_weights_and_moves_them(tiny_model_dir, results_root):
     """``trainer.bf16=true`` on CPU: fp32 parameters in the trainer, bf16 matmuls, and one AdamW step at
     lr 1e-6 changes >= 90% of the weights that got a gradient (bf16 weights: a small fraction)."""
-    trainer, probe = build_trainer(["model=tiny", "trainer.bf16=true", "trainer.max_steps=1"])
+    trainer, probe = build_trainer(["model=tiny", "trainer.bf16=true", "trainer.max_steps=1"], results_root)
     assert trainer.args.bf16 and trainer.args.learning_rate == 1e-6
     assert train.precision_record(trainer) == {
         "param_dtype": "float32",
