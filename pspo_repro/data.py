@@ -39,6 +39,9 @@ class Problem:
     answer: str
     answer_kind: AnswerKind
     solution: str | None = None
+    # The gold string exactly as the authors' code hands it to their reward (ASDiv's "9 (apples)", a
+    # multi-answer row's whole "5 (years old); 15 (years old)"); None: ``answer`` (they agree in value).
+    authors_gold: str | None = None
 
 
 # A row reader gets (row, source, line) and returns a Problem (None: skip a documented bad row);
@@ -171,7 +174,16 @@ def _svamp_row(row: dict[str, Any], source: str, line: int) -> Problem:
         _number_str(answer),
         "numeric",
         row.get("Equation"),
+        authors_gold=str(answer),
     )
+
+
+def _svamp_paper_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    """ChilleD/SVAMP test (300 rows) as the authors' code reads it: prompt ``question_concat``."""
+    p = _svamp_row(row, source, line)
+    question = row.get("question_concat") or p.question
+    return Problem(p.id.replace("svamp/", "svamp_paper/"), question, p.answer, "numeric", p.solution,
+                   authors_gold=p.authors_gold)  # fmt: skip
 
 
 def _asdiv_row(row: dict[str, Any], source: str, line: int) -> Problem:
@@ -187,7 +199,31 @@ def _asdiv_row(row: dict[str, Any], source: str, line: int) -> Problem:
         answer, kind = m.group(1).replace(",", ""), "numeric"
     else:
         answer, kind = re.sub(r"\s*\(.*\)\s*$", "", raw).strip(), "latex"
-    return Problem(f"asdiv/{rid}", f"{body.strip()} {question.strip()}", answer, kind, row.get("formula"))
+    return Problem(
+        f"asdiv/{rid}",
+        f"{body.strip()} {question.strip()}",
+        answer,
+        kind,
+        row.get("formula"),
+        authors_gold=raw,
+    )
+
+
+def _asdiv_paper_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    """EleutherAI/asdiv validation as the authors' code reads it: prompt ``body + " " + question`` (not
+    stripped: 153 rows differ from ``asdiv``'s), all 2305 rows. A multi-answer row ("5 (years old); 15
+    (years old); 20 (years old)", 90 rows) is graded against its LAST number, as their reward does with
+    that gold string (their extractor takes the last number of a text without '####')."""
+    p = _asdiv_row(row, source, line)
+    raw = str(row["answer"])
+    question = f"{row['body']} {row['question']}"
+    if ";" in raw:
+        numbers = re.findall(r"[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?", raw)
+        if numbers:
+            return Problem(p.id.replace("asdiv/", "asdiv_paper/"), question, numbers[-1].replace(",", ""),
+                           "numeric", p.solution, authors_gold=raw)  # fmt: skip
+    return Problem(p.id.replace("asdiv/", "asdiv_paper/"), question, p.answer, p.answer_kind, p.solution,
+                   authors_gold=raw)  # fmt: skip
 
 
 def _gsm_hard_row(row: dict[str, Any], source: str, line: int) -> Problem:
@@ -273,6 +309,26 @@ register_dataset(
         files={"test": "asdiv/test.jsonl"},
         rows={"test": _asdiv_row},
         # The hub copy (EleutherAI/asdiv validation, 2305 rows) is the authors' choice; offline is 2215.
+        hub={"test": _hub("EleutherAI/asdiv", None, "validation")},
+        hub_names={"test": "EleutherAI/asdiv"},
+    ),
+)
+# The authors' exact evaluation sets (../shared/data/README.md): compare with the paper's SVAMP and ASDiv
+# columns on these; ``svamp`` (1000 rows) and ``asdiv`` (2215 rows) stay the default for our own numbers.
+register_dataset(
+    "svamp_paper",
+    DatasetSpec(
+        files={"test": "svamp/svamp_chilled_test.jsonl"},
+        rows={"test": _svamp_paper_row},
+        hub={"test": _hub("ChilleD/SVAMP", None, "test")},
+        hub_names={"test": "ChilleD/SVAMP"},
+    ),
+)
+register_dataset(
+    "asdiv_paper",
+    DatasetSpec(
+        files={"test": "asdiv/asdiv_eleuther_validation.jsonl"},
+        rows={"test": _asdiv_paper_row},
         hub={"test": _hub("EleutherAI/asdiv", None, "validation")},
         hub_names={"test": "EleutherAI/asdiv"},
     ),

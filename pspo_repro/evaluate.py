@@ -27,6 +27,7 @@ from typing import Any
 
 from pspo_repro import grading
 from pspo_repro.atomic import atomic_open, write_json
+from pspo_repro.authors_reward import authors_gsm8k_reward
 from pspo_repro.data import DataError, Problem, get_spec, load_benchmark
 from pspo_repro.paths import PROJECT_ROOT, results_dir
 from pspo_repro.provenance import git_sha, package_versions
@@ -267,9 +268,23 @@ def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
                 "answer_key": grading.final_answer_key(c.text, problem.answer_kind),
                 "reward_correct": int(grading.reward_correct(c.text, problem.answer, problem.answer_kind)),
                 "true_correct": int(grading.true_correct(c.text, problem.answer, problem.answer_kind)),
+                # The paper-comparable grade: the authors' reward as it ran, on their gold string.
+                "authors_reward": authors_gsm8k_reward(c.text, problem.authors_gold or problem.answer),
             }
         )
-    return {"id": problem.id, "gold": problem.answer, "samples": samples}
+    return {
+        "id": problem.id,
+        "gold": problem.answer,
+        "authors_gold": problem.authors_gold,
+        "samples": samples,
+    }
+
+
+def _authors_reward(record: dict[str, Any], sample: dict[str, Any]) -> float:
+    """A sample's authors' reward; recomputed for a partial shard written before it was stored."""
+    if "authors_reward" in sample:
+        return float(sample["authors_reward"])
+    return authors_gsm8k_reward(sample["text"], record.get("authors_gold") or record["gold"])
 
 
 def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
@@ -282,6 +297,9 @@ def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
         "n": n,
         "reward_correct": sum(x["reward_correct"] for x in s),
         "true_correct": sum(x["true_correct"] for x in s),
+        # authors_correct: the authors' reward > 0.5, how their evaluation counts a sample correct.
+        "authors_correct": sum(_authors_reward(record, x) > 0.5 for x in s),
+        "authors_reward_mean": sum(_authors_reward(record, x) for x in s) / n,
         # reward_maj: the most frequent final answer (ties: first seen) is reward-correct.
         "reward_maj": int(majority_vote(keys, [bool(x["reward_correct"]) for x in s])),
         # true_maj: more than half of the samples contain the gold somewhere.
@@ -301,10 +319,18 @@ def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
         "true_maj": sum(r["true_maj"] for r in per_prompt) / len(per_prompt),
         "mean_length": sum(r["mean_length"] * r["n"] for r in per_prompt) / total,
     }
+    # Rows from before the authors' column existed have no authors_correct: no authors_* metrics then.
+    kinds = (
+        ("reward", "true", "authors")
+        if all("authors_correct" in r for r in per_prompt)
+        else ("reward", "true")
+    )
+    if "authors" in kinds:
+        metrics["authors_acc"] = sum(r["authors_correct"] for r in per_prompt) / total
     for k in PASS_KS:
         if k > n_min:
             break
-        for kind in ("reward", "true"):
+        for kind in kinds:
             metrics[f"{kind}_pass@{k}"] = sum(
                 pass_at_k(r["n"], r[f"{kind}_correct"], k) for r in per_prompt
             ) / len(per_prompt)
@@ -588,12 +614,15 @@ def _load_tokenizer(checkpoint: str) -> Any:
 
 def print_table(results: list[dict[str, Any]]) -> None:
     """Both accuracies per dataset and temperature (plus the largest pass@k and majority vote)."""
-    lines = [f"{'dataset':<10} {'T':>4} {'n':>3} {'reward_acc':>10} {'true_acc':>9} {'pass@n':>7} {'maj':>6}"]
+    lines = [
+        f"{'dataset':<11} {'T':>4} {'n':>3} {'reward_acc':>10} {'true_acc':>9} {'authors_acc':>11} {'pass@n':>7} {'maj':>6}"
+    ]
     for r in results:
         m, n = r["metrics"], r["n_samples"]
         k = max(k for k in PASS_KS if k <= n)
         lines.append(
-            f"{r['dataset']:<10} {r['temperature']:>4.1f} {n:>3} {m['reward_acc']:>10.4f} {m['true_acc']:>9.4f} "
+            f"{r['dataset']:<11} {r['temperature']:>4.1f} {n:>3} {m['reward_acc']:>10.4f} {m['true_acc']:>9.4f} "
+            f"{m.get('authors_acc', float('nan')):>11.4f} "
             f"{m[f'reward_pass@{k}']:>7.4f} {m['reward_maj']:>6.4f}"
         )
     print("\n".join(lines), flush=True)

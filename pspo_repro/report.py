@@ -2,7 +2,9 @@
 
 The reference CSV has one row per published number: ``kind=value`` is an accuracy cell,
 ``kind=difference`` a published gap (``method`` minus ``versus``, in points). Values are in
-percent, as the paper prints them; ``source`` says where each number comes from.
+percent, as the paper prints them; ``source`` says where each number comes from, the optional ``set``
+which evaluation rows it is compared on (shown with the source) and ``evidence`` the paper's sentence
+that fixes the metric.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def reproduction_report(ref: pd.DataFrame, lookup: Lookup, names: Names, ci_text
     done, missing = [], []
     for r in ref.to_dict("records"):
         temp = float(r["temperature"])
+        if isinstance(r.get("set"), str) and r["set"]:  # the evaluation rows the number is compared on
+            r["source"] = f"{r['source']}; {r['set']}"
         ours = lookup(r["model"], r["method"], r["dataset"], r["metric"], temp)
         method = names.method(r["method"])
         if r["kind"] == "difference":

@@ -23,7 +23,7 @@ GROUP_KEYS = ("model", "method", "tag", "dataset", "temperature")
 # Settings that must agree within one table cell (otherwise the seeds measure different things).
 MATCH_SETTINGS = ("max_new_tokens", "n_samples", "top_p", "prompt_template", "rows_sha256", "num_prompts")
 # Metrics whose per-prompt counts exist, so a pooled Wilson interval can be computed.
-COUNT_METRICS = {"true_acc": "true_correct", "reward_acc": "reward_correct"}
+COUNT_METRICS = {"true_acc": "true_correct", "reward_acc": "reward_correct", "authors_acc": "authors_correct"}
 RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
 
 
@@ -123,9 +123,10 @@ def check_settings(cells: pd.DataFrame, settings: Sequence[str] = MATCH_SETTINGS
 def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
     """The long table: one row per (model, method, tag, seed, dataset, temperature, metric).
 
-    ``correct``/``total`` hold pooled-count inputs for the accuracy metrics (NaN for others).
+    ``correct``/``total`` hold pooled-count inputs for the accuracy metrics (NaN for others); ``prompts``
+    is the cell's number of prompts (the authors' Wilson trials per seed).
     """
-    cols = [*CELL_KEYS, "metric", "value", "correct", "total", "file"]
+    cols = [*CELL_KEYS, "metric", "value", "correct", "total", "prompts", "file"]
     rows = []
     for rec in cells.to_dict("records"):
         for metric, value in rec["metrics"].items():
@@ -138,6 +139,7 @@ def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
                     "value": float(value),
                     "correct": rec.get(f"{metric}__correct", float("nan")),
                     "total": rec.get(f"{metric}__total", float("nan")),
+                    "prompts": int(rec["num_prompts"]),
                     "file": rec["file"],
                 }
             )

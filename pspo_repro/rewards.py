@@ -10,10 +10,12 @@ time on any thread (its signal-based timeouts only work on the main thread). No 
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from pspo_repro import grading
+from pspo_repro.authors_reward import authors_gsm8k_reward
 
 RewardFn = Callable[..., list[float]]
 REWARDS: dict[str, RewardFn] = {}
@@ -60,10 +62,17 @@ def _kinds(answer_kind: list[str] | None, n: int) -> list[str]:
 
 @register_reward("gsm8k_numeric")
 def gsm8k_numeric(prompts, completions, answer, **kwargs) -> list[float]:
-    """The authors' reward: 1 if the final number is right, +0.05 for the '####' format; values {0, 0.05, 1}."""
+    """Our corrected version of the authors' reward (last '####', exact numbers; values {0, 0.05, 1}):
+    1 if the final number is right, +0.05 for the '####' format. ``authors_gsm8k`` is theirs as it ran."""
     return [
         grading.gsm8k_numeric_reward(completion_text(c), g) for c, g in zip(completions, answer, strict=True)
     ]
+
+
+@register_reward("authors_gsm8k")
+def authors_gsm8k(prompts, completions, answer, **kwargs) -> list[float]:
+    """The authors' reward bug for bug (``pspo_repro.authors_reward``): the paper experiments train with it."""
+    return [authors_gsm8k_reward(completion_text(c), g) for c, g in zip(completions, answer, strict=True)]
 
 
 @register_reward("math_verify")
@@ -87,3 +96,11 @@ def smoke_length(prompts, completions, **kwargs) -> list[float]:
     """Test-only shaping: min(characters, 64) / 64. A random tiny model never solves a problem, so smoke
     tests need a reward that varies within a group (non-zero advantages) to move the parameters."""
     return [min(len(completion_text(c)), 64) / 64 for c in completions]
+
+
+@register_reward("smoke_hash")
+def smoke_hash(prompts, completions, **kwargs) -> list[float]:
+    """Test-only: a deterministic pseudo-random score in [0, 1) from the text's CRC32, so any two different
+    completions (almost surely) differ. For precision checks on random weights, whose completions all
+    run to the length limit (``smoke_length`` then gives every one 1.0 and no gradient)."""
+    return [(zlib.crc32(completion_text(c).encode()) % 1000) / 1000 for c in completions]

@@ -47,7 +47,8 @@ def majority_vote(answers: Sequence[Hashable | None], correct: Sequence[bool]) -
 # --- Confidence intervals for tables -------------------------------------------------------------
 # Two interval methods, chosen per aggregation run and named in every caption:
 #   t_seeds        Student t over the per-seed means (seed-to-seed variation; needs n >= 2 seeds);
-#   wilson_pooled  Wilson score interval on correct counts pooled over seeds (the authors' code).
+#   wilson_pooled  Wilson score interval on the mean of per-prompt accuracies pooled over seeds, trials =
+#                  prompts x seeds (the authors' code, pooled over seeds).
 CI_METHODS = ("t_seeds", "wilson_pooled")
 
 
@@ -94,8 +95,11 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     return Interval(mean, float(low), float(high), int(x.size), "t_seeds")
 
 
-def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Wilson score interval for ``successes`` out of ``trials``: (proportion, low, high)."""
+def wilson_interval(successes: float, trials: float, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Wilson score interval for ``successes`` out of ``trials``: (proportion, low, high).
+
+    ``successes`` may be fractional (a mean of per-prompt accuracies times the number of prompts, as the
+    authors' ``_wilson_ci(p_hat, n)`` uses it)."""
     if trials <= 0 or not (0 <= successes <= trials):
         raise ValueError(
             f"wilson_interval needs 0 <= successes <= trials, trials > 0; got {successes}/{trials}"
@@ -104,16 +108,17 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     return successes / trials, float(low), float(high)
 
 
-def wilson_pooled(successes: Sequence[int], trials: Sequence[int], confidence: float = 0.95) -> Interval:
-    """Wilson interval on correct counts pooled over seeds (one entry per seed), as the authors do.
+def wilson_pooled(successes: Sequence[float], trials: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Wilson interval on successes pooled over seeds (one entry per seed).
 
-    The point estimate is the pooled proportion sum(successes) / sum(trials).
+    The point estimate is the pooled proportion sum(successes) / sum(trials). The tables pass, per seed,
+    mean per-prompt accuracy x prompts and prompts (the authors' trials = prompts x seeds).
     """
     if len(successes) != len(trials) or len(successes) == 0:
         raise ValueError(
             f"wilson_pooled needs equal, non-empty sequences; got {len(successes)}, {len(trials)}"
         )
-    p, low, high = wilson_interval(int(np.sum(successes)), int(np.sum(trials)), confidence)
+    p, low, high = wilson_interval(float(np.sum(successes)), float(np.sum(trials)), confidence)
     return Interval(p, low, high, len(successes), "wilson_pooled")
 
 

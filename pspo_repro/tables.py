@@ -111,7 +111,10 @@ def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: N
             f"mean over seeds with {pct} Student t interval over per-seed means "
             f"(ci=t_seeds, {n_text}{t_text})"
         )
-    return f"pooled accuracy with {pct} Wilson interval on correct counts pooled over seeds (ci=wilson_pooled, {n_text})"
+    return (
+        f"mean of per-prompt accuracies pooled over seeds with {pct} Wilson interval, trials = prompts x seeds "
+        f"(the authors' interval; ci=wilson_pooled, {n_text})"
+    )
 
 
 def cell_intervals(
@@ -125,11 +128,15 @@ def cell_intervals(
             raise ResultsError(
                 f"ci=wilson_pooled needs correct counts, which metric {grp['metric'].iloc[0]!r} lacks"
             )
+        # The authors' Wilson (their _wilson_ci(mean of per-prompt accuracies, number of prompts)), pooled
+        # over seeds: the proportion is the mean of per-prompt means, trials = prompts x seeds. Samples of
+        # one prompt are not independent trials, so they are not counted as such.
+        prompts = grp["prompts"].to_numpy(dtype=float)
         interval = seed_interval(
             ci,
             grp["value"].to_numpy(),
-            grp["correct"].to_numpy(dtype=float).astype(int) if ci == "wilson_pooled" else None,
-            grp["total"].to_numpy(dtype=float).astype(int) if ci == "wilson_pooled" else None,
+            grp["value"].to_numpy(dtype=float) * prompts if ci == "wilson_pooled" else None,
+            prompts if ci == "wilson_pooled" else None,
             confidence,
         )
         out[key] = (interval, tuple(int(s) for s in grp["seed"]))
@@ -198,6 +205,17 @@ def grid_table(
     return Table(name, caption, row_header, columns, rows, short_notes(rows, columns))
 
 
+def rows_used(df: pd.DataFrame, datasets: Sequence[str], names: Names) -> str:
+    """Caption sentence naming the evaluation rows behind each column (``prompts`` of the long table)."""
+    if "prompts" not in df:
+        return ""
+    parts = []
+    for ds in datasets:
+        counts = sorted({int(n) for n in df.loc[df["dataset"] == ds, "prompts"].dropna()})
+        parts.append(f"{names.dataset(ds)} {'/'.join(str(n) for n in counts)}")
+    return f"Rows evaluated: {', '.join(parts)}."
+
+
 def main_table(
     long: pd.DataFrame,
     metric: str,
@@ -219,7 +237,7 @@ def main_table(
     caption = (
         f"{label} (%) at T = {temperature:g}: {ci_caption(ci, confidence, expected, names)}. "
         f"Bold: best mean per column within each model. {SHORT}: fewer seeds than expected; "
-        f"{NO_CI}: one seed, no interval."
+        f"{NO_CI}: one seed, no interval. {rows_used(df, datasets, names)}"
     )
     return grid_table(
         df, name=f"main_{metric}", caption=caption, row_keys=row_keys,
@@ -252,7 +270,7 @@ def temperature_table(
     expected = {m: expected_for(m, expected_seeds, by_method) for m in df["method"].unique()}
     caption = (
         f"{label} (%) against sampling temperature: {ci_caption(ci, confidence, expected, names)}. "
-        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval."
+        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval. {rows_used(df, datasets, names)}"
     )
     return grid_table(
         df, name=f"temperature_{metric}", caption=caption, row_keys=row_keys,

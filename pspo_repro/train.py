@@ -99,17 +99,37 @@ def check_group_choices(argv: list[str]) -> None:
                 raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
 
 
+VARIANTS = ("intended", "as_run")
+
+
 def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
-    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line."""
-    table = cfg.get("per_method")
-    if not table or cfg.method.name not in table:
-        return
+    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line.
+
+    ``variant=as_run`` then merges ``per_method_as_run[<method.name>]`` (the values the authors' released
+    script actually ran) and adds ``as_run`` to ``run_tag``, so those runs get their own folders.
+    """
+    variant = cfg.get("variant") or "intended"
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; options: {', '.join(VARIANTS)}")
+    tables = [cfg.get("per_method")]
+    if variant == "as_run":
+        as_run = cfg.get("per_method_as_run") or {}
+        if cfg.method.name not in as_run:
+            have = ", ".join(as_run) or "none (choose an experiment=paper_* file)"
+            raise UsageError(
+                f"variant=as_run has no values for method {cfg.method.name!r}; methods with an as-run variant: {have}"
+            )
+        tables.append(as_run)
+        cfg.run_tag = "-".join(t for t in (cfg.get("run_tag") or "", "as_run") if t)
     given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
-    entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
-    for group, values in entry.items():
-        for key, value in values.items():
-            if f"{group}.{key}" not in given:
-                OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
+    for table in tables:
+        if not table or cfg.method.name not in table:
+            continue
+        entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
+        for group, values in entry.items():
+            for key, value in values.items():
+                if f"{group}.{key}" not in given:
+                    OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
 
 
 def import_plugins(modules) -> None:
@@ -219,6 +239,12 @@ def validate_trainer(cfg: DictConfig) -> None:
         raise UsageError(
             f"unknown data.prompt_template {cfg.data.prompt_template!r}; options: {', '.join(sorted(TEMPLATES))}"
         )
+    from pspo_repro.models import train_dtype_name
+
+    try:
+        train_dtype_name(cfg.model)  # fp32 master weights unless model.train_dtype opts out
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for key in ("path", "tokenizer"):
         value = cfg.model.get(key)
         # a local folder must exist (a tokenizer may also be a hub id: no slash-led or dotted path)
@@ -324,6 +350,16 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
     if t.get("num_generations_eval"):
         kwargs["num_generations_eval"] = t.num_generations_eval
     return GRPOConfig(**kwargs)
+
+
+def precision_record(trainer) -> dict[str, Any]:
+    """What the optimizer updates and what the forward pass computes in: the parameter dtype(s) of the
+    trainer's model and the autocast dtype of its mixed precision (None: no autocast)."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters()})
+    mixed = str(getattr(trainer.accelerator, "mixed_precision", "no") or "no")
+    autocast = {"bf16": "bfloat16", "fp16": "float16"}.get(mixed)
+    return {"param_dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "autocast_dtype": autocast,
+            "mixed_precision": mixed}  # fmt: skip
 
 
 def _spent_budget_state(checkpoint: Path, budget: int | None) -> dict | None:
@@ -434,6 +470,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     folder = run_folder(cfg, tag)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("per_method", None)
+    resolved.pop("per_method_as_run", None)
     resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
     identity = identity_config(resolved)
     if not cfg.get("dry_run"):
@@ -515,7 +552,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         return _finish_from_checkpoint(folder, spent, record, main_process)
     _setup_logger(cfg, folder)
 
-    model = load_model(cfg.model, tokenizer, use_cuda)
+    model = load_model(cfg.model, tokenizer, use_cuda, training=True)
     if cfg.model.get("random_init") and t.use_vllm and t.vllm_mode == "colocate":
         save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
     # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
@@ -537,7 +574,17 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         method_params=method.params,
         loss_agg=method.loss_agg,
     )
-    log.info("trl %s, run folder %s, resume from %s", trl.__version__, folder, resume)
+    record["precision"] = precision_record(trainer)
+    if record["precision"]["param_dtype"] != "float32" and not cfg.model.get("train_dtype"):
+        # load_model asked for fp32; anything else (a plugin model class, a cast) is caught here, not later
+        raise UsageError(
+            f"training parameters are {record['precision']['param_dtype']}, not float32 (model.dtype="
+            f"{cfg.model.get('dtype')}); set model.train_dtype to opt in"
+        )
+    if main_process:
+        write_run_json(folder, record)
+    log.info("trl %s, run folder %s, resume from %s, precision %s", trl.__version__, folder, resume,
+             record["precision"])  # fmt: skip
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except NonFiniteError as exc:

@@ -49,7 +49,7 @@ def build(method_name: str, which: str, out: Path):
     args = train._grpo_config(cfg, out / which, method, use_cuda=False)
     args.save_strategy, args.disable_tqdm = "no", True
     common = dict(
-        model=load_model(cfg.model, tok, False),
+        model=load_model(cfg.model, tok, False, training=True),
         reward_funcs=[get_reward("smoke_length")],
         train_dataset=train.to_dataset(rows[:256], tok, "paper", None),
         processing_class=tok,

@@ -4,6 +4,9 @@
 On one GPU, with no hub, on a random-init model of the Qwen2.5-0.5B architecture (figures for speed and
 memory only; accuracy is meaningless on random weights):
 
+0. ``precision`` (after ``build``): training's parameter dtype and autocast dtype, and the share of the
+   weights with a gradient that a few real GRPO steps at lr 1e-6 change (fp32 master weights: ~100%;
+   bf16 weights would move ~2%), via ``python -m pspo_repro.precision``; printed as one line.
 1. ``build``: the model folder: ``conf/model/qwen2p5_0p5b.yaml``'s ``arch`` with random weights (bf16),
    the tiny tokenizer padded to the model's vocabulary (filler tokens, so that every id the model can
    emit decodes; the tiny tokenizer's own ids are unchanged).
@@ -40,7 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 1
-LEGS = ("eval_hf", "eval_vllm", "grpo")
+LEGS = ("precision", "eval_hf", "eval_vllm", "grpo")
 
 # Settings per mode. Real: 500 GSM8K prompts x 5 temperatures, one sample each (the protocol's 16
 # samples at T > 0 would take the hf backend well past the 8-minute budget), 128 new tokens.
@@ -52,6 +55,7 @@ DEFAULTS = {
         "max_new_tokens": 128,
         "hf_batch_size": 512,
         "grpo_steps": 5,
+        "precision_steps": 3,
         "budget_s": 420.0,
         "model_preset": "qwen2p5_0p5b",
         "dtype": "bfloat16",
@@ -63,6 +67,7 @@ DEFAULTS = {
         "max_new_tokens": 16,
         "hf_batch_size": 16,
         "grpo_steps": 1,
+        "precision_steps": 1,
         "budget_s": 900.0,
         "model_preset": "tiny",
         "dtype": "float32",
@@ -114,6 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--hf-batch-size", type=int, default=None)
     p.add_argument("--grpo-steps", type=int, default=None)
+    p.add_argument("--precision-steps", type=int, default=None, help="optimizer steps of the precision leg")
     p.add_argument(
         "--grpo-vllm",
         choices=("auto", "on", "off"),
@@ -128,7 +134,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in mode.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
-    for key in ("prompts", "n_samples", "max_new_tokens", "hf_batch_size", "grpo_steps"):
+    for key in ("prompts", "n_samples", "max_new_tokens", "hf_batch_size", "grpo_steps", "precision_steps"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be positive")
     if args.out is None:
@@ -649,6 +655,28 @@ def main(argv: list[str] | None = None) -> int:
         monitor.stop()
         save()
         return 1
+
+    # 1b. Training precision: fp32 master weights under bf16 autocast, and do the weights move?
+    if "precision" in args.legs:
+        overrides = [
+            f"model={args.model_preset}", f"model.path={model_dir}", "model.random_init=false",
+            f"trainer.max_steps={args.precision_steps}", "trainer.use_vllm=false",
+            # On CPU (the dry run) autocast is opt-in; on CUDA trainer.bf16=auto turns it on.
+            *(["trainer.bf16=true"] if args.dry_run else []),
+        ]  # fmt: skip
+        cmd = [sys.executable, "-m", "pspo_repro.precision", str(work / "precision.figures.json"), *overrides]
+        leg = run_leg("precision", cmd, leg_env(work, "precision", args.dry_run), min(240.0, deadline.left()),
+                      work, monitor)  # fmt: skip
+        report["legs"]["precision"] = leg
+        fig = leg.get("figures") or {}
+        print(
+            f"[gpu_check] precision: {leg['status']}, parameters {fig.get('param_dtype')}, autocast "
+            f"{fig.get('autocast_dtype')}, {fig.get('steps')} steps at lr {fig.get('learning_rate')}: "
+            f"{fig.get('changed_after_first_step')} / {fig.get('changed_after_last_step')} of the weights with "
+            f"a gradient changed after the first / last step",
+            file=sys.stderr,
+        )
+        save()
 
     # 2. Evaluation with both backends.
     for name, backend in (("eval_hf", "hf"), ("eval_vllm", "vllm")):

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The prepared GPU check: real-size speed and memory of both evaluation backends and of GRPO with TRL's
-# colocated vLLM, on a random-init Qwen2.5-0.5B-architecture model, as one JSON (scripts/gpu_check.py).
+# The prepared GPU check: training precision (fp32 parameters under bf16 autocast, and the share of weights
+# that a few GRPO steps at lr 1e-6 change, printed as a "[gpu_check] precision:" line), then real-size speed
+# and memory of both evaluation backends and of GRPO with TRL's colocated vLLM, on a random-init
+# Qwen2.5-0.5B-architecture model, as one JSON (scripts/gpu_check.py).
 #
 #   bash scripts/gpu_check.sh --prepare      # HERE (PyPI reachable): wheels + GSM8K into .cache/gpu_check/
 #   bash scripts/gpu_check.sh [ARGS]         # ON THE GPU MACHINE (no network): install offline, run,

@@ -116,7 +116,7 @@ def cfg_for():
 
 
 GOLDEN_MAIN = """\
-**True accuracy (%) at T = 0: mean over seeds with 95% Student t interval over per-seed means (ci=t_seeds, n = 3 seeds per cell (Base model: 1), t = 4.303). Bold: best mean per column within each model. †: fewer seeds than expected; ‡: one seed, no interval.**
+**True accuracy (%) at T = 0: mean over seeds with 95% Student t interval over per-seed means (ci=t_seeds, n = 3 seeds per cell (Base model: 1), t = 4.303). Bold: best mean per column within each model. †: fewer seeds than expected; ‡: one seed, no interval. Rows evaluated: GSM8K 50, SVAMP 50.**
 
 | Model | Method | GSM8K | SVAMP |
 |:---|:---|---:|---:|
@@ -175,11 +175,19 @@ def test_duplicate_cell_is_an_error(tree, cfg_for):
 def test_wilson_pooled_caption_and_values(tree, cfg_for):
     aggregate.run(cfg_for(f"results_dir={tree}", "ci=wilson_pooled"))
     md = (tree / "tables" / "main_true_acc.md").read_text()
-    assert "Wilson interval on correct counts pooled over seeds (ci=wilson_pooled, n = 3 seeds" in md
+    caption = "pooled over seeds with 95% Wilson interval, trials = prompts x seeds (the authors' interval;"
+    assert caption in md and "ci=wilson_pooled, n = 3 seeds" in md
     from statsmodels.stats.proportion import proportion_confint
 
     low, high = proportion_confint(20 + 21 + 22, 150, alpha=0.05, method="wilson")
     assert f"| Tiny | GRPO-clip | 42.0 [{low * 100:.1f}, {high * 100:.1f}] |" in md
+    # T = 0.8, 4 samples per prompt: the authors' trials are prompts x seeds = 150, not 600 samples.
+    temp = (tree / "tables" / "temperature_true_acc.md").read_text()
+    row = next(line for line in temp.splitlines() if line.startswith("| Tiny | GRPO-clip | GSM8K |"))
+    low, high = proportion_confint(0.32 * 150, 150, alpha=0.05, method="wilson")
+    assert f"32.0 [{low * 100:.1f}, {high * 100:.1f}]" in row
+    narrow = proportion_confint(0.32 * 600, 600, alpha=0.05, method="wilson")
+    assert f"[{narrow[0] * 100:.1f}," not in row
     # One seed still has a sampling interval under Wilson: no ‡ on the baseline.
     assert "‡ |" not in md.split("\n| Tiny | Base model |")[1].split("\n")[0]
 
@@ -242,7 +250,7 @@ def test_reproduction_report(results_root, cfg_for, tmp_path):
     text = (results_root / "tables" / "reproduction_report.md").read_text()
     assert "| Qwen2.5-0.5B | GR-PSPO | GSM8K | true_acc | 0 | 40.0 [35.0, 45.0] | 3 | 39.7 | +0.3 |" in text
     assert "Qwen2.5-0.5B / GRPO-clip / GSM8K / true_acc / T=0: paper 17.6" in text
-    assert "Qwen2-Math-1.5B / GR-PSPO / MATH / true_acc / T=0: paper 59.6" in text
+    assert "Qwen2-Math-1.5B / GR-PSPO / MATH-500 / true_acc / T=0: paper 59.6" in text
 
 
 def test_only_runs_skips_eval_tables(results_root, cfg_for):

@@ -44,7 +44,8 @@ def test_cell_metrics_hand_computed():
 
 def test_per_prompt_row_majority_and_counts():
     def s(key, rc, tc, ntok):
-        return {"answer_key": key, "reward_correct": rc, "true_correct": tc, "token_ids": [0] * ntok}
+        return {"answer_key": key, "reward_correct": rc, "true_correct": tc, "token_ids": [0] * ntok,
+                "authors_reward": 1.0 if rc else 0.05}  # fmt: skip
 
     rec = {"id": "p", "samples": [s("5", 0, 1, 2), s("7", 1, 1, 4), s("5", 0, 0, 6)]}
     row = ev.per_prompt_row(rec)
@@ -55,6 +56,8 @@ def test_per_prompt_row_majority_and_counts():
         "true_correct": 2,
         "reward_maj": 0,  # "5" wins the vote and is wrong
         "true_maj": 1,  # 2 of 3 samples contain the gold
+        "authors_correct": 1,  # the authors' reward > 0.5
+        "authors_reward_mean": pytest.approx((1.0 + 0.05 + 0.05) / 3),
         "mean_length": 4.0,
     }
 

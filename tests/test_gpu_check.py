@@ -125,7 +125,7 @@ def test_real_architecture_is_qwen2p5_0p5b():
 
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path, data_dir):
-    """Build + hf evaluation + one GRPO step on CPU; vLLM legs are skipped (or run, in .venv-vllm)."""
+    """Build + precision + hf evaluation + one GRPO step on CPU; vLLM legs are skipped (or run, in .venv-vllm)."""
     out = tmp_path / "gpu_check.json"
     res = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry-run", "--out", str(out)]
@@ -139,6 +139,16 @@ def test_dry_run_end_to_end(tmp_path, data_dir):
     assert res.returncode == 0, (res.stdout[-2000:], json.dumps(report["legs"], indent=1)[-4000:])
     assert report["finished"] and report["dry_run"] and report["schema_version"] == 1
     assert report["model"]["params"] > 0 and report["model"]["arch"]["vocab_size"] == gc.DRY_VOCAB
+    prec = report["legs"]["precision"]
+    assert prec["status"] == "ok", prec.get("log_tail")
+    fig = prec["figures"]
+    assert (fig["param_dtype"], fig["param_dtype_after"], fig["autocast_dtype"]) == (
+        "float32",
+        "float32",
+        "bfloat16",
+    )
+    assert fig["learning_rate"] == 1e-6 and fig["steps"] == 1 and fig["changed_after_first_step"] >= 0.9
+    assert "[gpu_check] precision: ok, parameters float32, autocast bfloat16" in res.stderr
     hf = report["legs"]["eval_hf"]
     assert hf["status"] == "ok" and hf["throughput"]["sequences"] == 2 + 2 * 2
     assert hf["figures"]["engine_start_s"] >= 0
