@@ -177,17 +177,19 @@ def missing_metric_note(cells: pd.DataFrame, metric: str) -> str | None:
     """One line when some cells lack ``metric``, saying why (per-sample lists not stored) and what to do."""
     from pspo_repro.metrics import has_samples
 
-    lacking = [rec for rec in cells.to_dict("records") if metric not in rec["metrics"]]
-    if not lacking:
+    # Cells whose rows lack the per-sample lists (a k above the samples per prompt, e.g. maj@16 at T = 0
+    # with one greedy sample, is absent by design and not noted).
+    old = [
+        rec
+        for rec in cells.to_dict("records")
+        if metric not in rec["metrics"] and not all(has_samples(p) for p in rec["per_prompt"] or [{}])
+    ]
+    if not old:
         return None
-    old = [r for r in lacking if r["per_prompt"] and not all(has_samples(p) for p in r["per_prompt"])]
-    why = (
-        f"{len(old)} of them predate the per-sample lists (answers, reward_flags, ...) that it needs: "
-        "rerun their eval stage"
-        if old
-        else "they cannot report it (e.g. k above the samples per prompt)"
+    return (
+        f"{metric}: missing from {len(old)} of {len(cells)} evaluation cells (e.g. {old[0]['file']}), written "
+        "before per-prompt rows held the per-sample lists (answers, reward_flags, ...) it needs: rerun their eval stage"
     )
-    return f"{metric}: missing from {len(lacking)} of {len(cells)} evaluation cells (e.g. {lacking[0]['file']}); {why}"
 
 
 def paired_outputs(cfg: DictConfig, cells: pd.DataFrame, long: pd.DataFrame, out: Path, names: Names,

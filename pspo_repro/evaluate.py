@@ -280,7 +280,9 @@ def _grade_one(text: str, problem: Problem) -> dict[str, Any]:
 def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
     """One prompt's partial-shard record: its completions with both gradings, final-answer keys and the
     authors' reward value."""
-    samples = [{"text": c.text, "token_ids": list(c.token_ids), **_grade_one(c.text, problem)} for c in completions]
+    samples = [
+        {"text": c.text, "token_ids": list(c.token_ids), **_grade_one(c.text, problem)} for c in completions
+    ]
     return {"id": problem.id, "gold": problem.answer, "samples": samples}
 
 

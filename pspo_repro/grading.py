@@ -491,9 +491,7 @@ def grade(response: str, gold: str, kind: str, budget_s: float = GRADE_BUDGET_S)
     deadline = Deadline(budget_s)
     rc = reward_correct(response, gold, kind, deadline)
     tc = true_correct(response, gold, kind, deadline, reward_ok=rc)
-    return Grade(
-        extract_final_answer(response), final_answer_key(response, kind), rc, tc, deadline.expired
-    )
+    return Grade(extract_final_answer(response), final_answer_key(response, kind), rc, tc, deadline.expired)
 
 
 # ---------------------------------------------------------------- the authors' reward

@@ -48,7 +48,11 @@ def paired_markdown(frame: pd.DataFrame, label: str, a: str, b: str, confidence:
         f"({BOOTSTRAP_RESAMPLES} resamples) and a two-sided paired t-test on the per-prompt differences. "
         f"Untagged runs only. Prompts better / worse: where {na}'s per-prompt value is above / below {nb}'s.**"
     )
-    lines = [caption, "", f"| Model | Dataset | T | {na} | {nb} | Difference [{pct} CI] | p | prompts | better / worse |"]
+    lines = [
+        caption,
+        "",
+        f"| Model | Dataset | T | {na} | {nb} | Difference [{pct} CI] | p | prompts | better / worse |",
+    ]
     lines.append("|:---|:---|---:|---:|---:|---:|---:|---:|---:|")
     if frame.empty:
         return "\n".join([*lines, "", "No (model, dataset, temperature) has both methods."]) + "\n"
