@@ -222,3 +222,34 @@ def test_only_digit_strings_reach_sympy_number(monkeypatch):
     assert seen, "the recorder saw no number: the test no longer exercises latex2sympy2"
     bad = [s for s in seen if not (s.isascii() and _SAFE_NUMBER.match(s.replace(",", "")))]
     assert bad == []
+
+
+def test_gsm_hard_sweep_finishes_with_exponent_golds(results_root, monkeypatch):
+    """The evaluator over gsm_hard's first 370 rows (6 exponent golds, 16 float-repr golds) with a backend
+    that answers every gold written as a plain decimal: nothing aborts and everything is graded right."""
+    from decimal import Decimal
+
+    from pspo_repro import evaluate as ev
+    from pspo_repro.backends import Completion
+    from pspo_repro.data import load_benchmark
+
+    problems = load_benchmark("gsm_hard", limit=370)
+    assert sum("e" in p.answer for p in problems) == 6
+    golds = {p.question: format(Decimal(p.answer), "f") for p in problems}
+
+    class Answering:
+        name = "fake"
+
+        def generate(self, requests, max_new_tokens, top_p):
+            out = []
+            for r in requests:
+                gold = next(g for q, g in golds.items() if q in r.prompt)
+                out.append([Completion(f"So it is {gold}.\n#### {gold}", (1, 2, 3))] * r.n)
+            return out
+
+    monkeypatch.setattr("pspo_repro.backends.make_backend", lambda *a, **k: Answering())
+    cfg = ev.compose_config(["model=tiny", "eval=gsm_hard", "eval.limit=370", "temperatures=[0.0]"])
+    (cell,) = ev.evaluate(cfg)
+    m = cell["metrics"]
+    assert cell["num_prompts"] == 370 and m["grading_errors"] == 0
+    assert m["reward_acc"] == 1.0 and m["true_acc"] == 1.0 and m["maj@1"] == 1.0
