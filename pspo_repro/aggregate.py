@@ -10,6 +10,7 @@ at the end, so invalid input writes nothing and a crash leaves earlier outputs i
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,6 +80,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"expected_seeds must be >= 1, got {cfg.expected_seeds}")
     if not 0 < float(cfg.confidence) < 1:
         raise ConfigError(f"confidence must be in (0, 1), got {cfg.confidence}")
+    pairs = cfg.paired.pairs or []
+    for pair in pairs:
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
+            raise ConfigError(f"paired.pairs takes [method_a, method_b] pairs of two methods, got {pair!r}")
     from pspo_repro.plots import CURVE_X
 
     if cfg.curves.x not in CURVE_X:
@@ -109,12 +114,14 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
 
     cells = load_eval_cells(root)
     long = eval_long(cells)
-    outputs.files[out / "long_eval.csv"] = long.to_csv(index=False)
+    outputs.files[out / "long_eval.csv"] = long.drop(columns=["per_prompt"]).to_csv(index=False)
     outputs.messages += prompt_set_warnings(cells)
     by_method = dict(cfg.expected_seeds_by_method or {})
     common = dict(ci=cfg.ci, confidence=float(cfg.confidence), expected_seeds=int(cfg.expected_seeds),
                   by_method=by_method, names=names)  # fmt: skip
-    for metric, label in cfg.metrics.items():
+    for metric, label in table_metrics(cfg).items():
+        if note := missing_metric_note(cells, metric):
+            outputs.messages.append(note)
         if not (long["metric"] == metric).any():
             outputs.messages.append(f"no evaluation cell reports metric {metric!r}: skipped its tables")
             continue
@@ -133,6 +140,8 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
         outputs.add_figure(
             out, f"temperature_{metric}", plots.temperature_figure(stats, names, label, ci_text)
         )
+
+    paired_outputs(cfg, cells, long, out, names, outputs)
 
     ref_path = (
         Path(cfg.paper_reference) if cfg.paper_reference else PROJECT_ROOT / "results" / "paper_reference.csv"
@@ -153,6 +162,57 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
     ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
     text = report.reproduction_report(report.load_reference(ref_path), lookup, names, ci_text, ref_path)
     outputs.files[out / "reproduction_report.md"] = text
+
+
+def table_metrics(cfg: DictConfig) -> dict[str, str]:
+    """Metric key -> label for every table and temperature figure: ``metrics`` then ``add_metrics``."""
+    out = {str(k): str(v) for k, v in cfg.metrics.items()}
+    labels = dict(cfg.metric_labels or {})
+    for key in cfg.add_metrics or []:
+        out.setdefault(str(key), str(labels.get(key, key)))
+    return out
+
+
+def missing_metric_note(cells: pd.DataFrame, metric: str) -> str | None:
+    """One line when some cells lack ``metric``, saying why (per-sample lists not stored) and what to do."""
+    from pspo_repro.metrics import has_samples
+
+    # Cells whose rows lack the per-sample lists (a k above the samples per prompt, e.g. maj@16 at T = 0
+    # with one greedy sample, is absent by design and not noted).
+    old = [
+        rec
+        for rec in cells.to_dict("records")
+        if metric not in rec["metrics"] and not all(has_samples(p) for p in rec["per_prompt"] or [{}])
+    ]
+    if not old:
+        return None
+    return (
+        f"{metric}: missing from {len(old)} of {len(cells)} evaluation cells (e.g. {old[0]['file']}), written "
+        "before per-prompt rows held the per-sample lists (answers, reward_flags, ...) it needs: rerun their eval stage"
+    )
+
+
+def paired_outputs(cfg: DictConfig, cells: pd.DataFrame, long: pd.DataFrame, out: Path, names: Names,
+                   outputs: Outputs) -> None:  # fmt: skip
+    """``paired_{a}_vs_{b}_{metric}.md/.csv`` for every configured pair and metric."""
+    from pspo_repro.paired import paired_frame, paired_markdown
+
+    for a, b in cfg.paired.pairs or []:
+        for metric in cfg.paired.metrics:
+            if not (long["metric"] == metric).any():
+                outputs.messages.append(
+                    missing_metric_note(cells, metric)
+                    or f"no evaluation cell reports metric {metric!r}: skipped paired {a} vs {b}"
+                )
+                continue
+            frame = paired_frame(long, metric, str(a), str(b), float(cfg.confidence))
+            label = table_metrics(cfg).get(metric, dict(cfg.metric_labels).get(metric, metric))
+            stem = f"paired_{a}_vs_{b}_{metric}".replace("@", "_at_")
+            outputs.files[out / f"{stem}.md"] = paired_markdown(frame, label, str(a), str(b),
+                                                                float(cfg.confidence), names)  # fmt: skip
+            outputs.files[out / f"{stem}.csv"] = frame.to_csv(index=False)
+            if frame.empty:
+                outputs.messages.append(f"paired {a} vs {b}: no (model, dataset, T) has both methods")
 
 
 def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:

@@ -23,7 +23,7 @@ from pspo_repro.paths import data_dir
 
 log = logging.getLogger(__name__)
 
-AnswerKind = Literal["numeric", "latex"]
+AnswerKind = Literal["numeric", "latex", "text"]
 
 
 class DataError(ValueError):
@@ -193,12 +193,12 @@ def _asdiv_row(row: dict[str, Any], source: str, line: int) -> Problem:
     rid = row.get("idx", row.get("id", line - 1))
     m = _ASDIV_NUM.match(raw)
     # "9 (apples)" -> numeric 9. About 6% of ASDiv answers (123 of 2215) are not numbers ("Yes", "3:30 p.m.",
-    # "Mrs. Hilt"); they are kept (so the set has all its rows) and graded as text via the latex path,
-    # which falls back to a normalised string comparison.
+    # "Mrs. Hilt"); they are kept (so the set has all its rows) and graded as text (grading: normalised
+    # words, never math-verify, which would read "3:30" as a ratio and "6th" as 6*t*h).
     if m:
         answer, kind = m.group(1).replace(",", ""), "numeric"
     else:
-        answer, kind = re.sub(r"\s*\(.*\)\s*$", "", raw).strip(), "latex"
+        answer, kind = re.sub(r"\s*\(.*\)\s*$", "", raw).strip(), "text"
     return Problem(
         f"asdiv/{rid}",
         f"{body.strip()} {question.strip()}",

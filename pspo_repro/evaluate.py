@@ -25,19 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro import grading
+from pspo_repro import grading, metrics
 from pspo_repro.atomic import atomic_open, write_json
 from pspo_repro.authors_reward import authors_gsm8k_reward
 from pspo_repro.data import DataError, Problem, get_spec, load_benchmark
 from pspo_repro.paths import PROJECT_ROOT, results_dir
 from pspo_repro.provenance import git_sha, package_versions
 from pspo_repro.redact import redact
-from pspo_repro.stats import majority_vote, pass_at_k
+from pspo_repro.stats import majority_vote
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-PASS_KS = (1, 2, 4, 8, 16)
+# Bumped whenever grading changes what a sample scores: a partial shard or final cell graded by another
+# version does not match (the header differs), so no cell mixes two graders.
+GRADER_VERSION = 2
+PASS_KS = metrics.PASS_KS
 # chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
 CHUNK_SIZE = {"hf": 32, "vllm": 512}
 CONF_DIR = PROJECT_ROOT / "conf"
@@ -256,85 +259,68 @@ def n_for(temperature: float, n_samples: int) -> int:
     return 1 if temperature == 0 else n_samples
 
 
-def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
-    """One prompt's partial-shard record: its completions with both gradings and final-answer keys."""
-    samples = []
-    for c in completions:
-        samples.append(
-            {
-                "text": c.text,
-                "token_ids": list(c.token_ids),
-                "final_answer": grading.extract_final_answer(c.text),
-                "answer_key": grading.final_answer_key(c.text, problem.answer_kind),
-                "reward_correct": int(grading.reward_correct(c.text, problem.answer, problem.answer_kind)),
-                "true_correct": int(grading.true_correct(c.text, problem.answer, problem.answer_kind)),
-                # The paper-comparable grade: the authors' reward as it ran, on their gold string.
-                "authors_reward": authors_gsm8k_reward(c.text, problem.authors_gold or problem.answer),
-            }
-        )
+def _grade_one(text: str, problem: Problem) -> dict[str, Any]:
+    """Both gradings of one completion and the authors' reward value (``reward``: the paper-comparable
+    grade, on the gold string their code passes); a grading failure (a bad gold row) is recorded, never
+    raised."""
+    # The authors' reward is pure string and float work that never raises (their bare excepts).
+    reward = authors_gsm8k_reward(text, problem.authors_gold or problem.answer)
+    try:
+        g = grading.grade(text, problem.answer, problem.answer_kind)
+    except Exception as exc:  # one bad row must not abort a sweep: it counts as wrong and is reported
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return {"final_answer": None, "answer_key": None, "reward_correct": 0, "true_correct": 0,
+                "reward": reward, "timed_out": 0, "grading_error": f"{type(exc).__name__}: {first}"}  # fmt: skip
     return {
-        "id": problem.id,
-        "gold": problem.answer,
-        "authors_gold": problem.authors_gold,
-        "samples": samples,
+        "final_answer": g.final_answer,
+        "answer_key": g.answer_key,
+        "reward_correct": int(g.reward_correct),
+        "true_correct": int(g.true_correct),
+        "reward": float(reward),
+        "timed_out": int(g.timed_out),
     }
 
 
-def _authors_reward(record: dict[str, Any], sample: dict[str, Any]) -> float:
-    """A sample's authors' reward; recomputed for a partial shard written before it was stored."""
-    if "authors_reward" in sample:
-        return float(sample["authors_reward"])
-    return authors_gsm8k_reward(sample["text"], record.get("authors_gold") or record["gold"])
+def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
+    """One prompt's partial-shard record: its completions with both gradings, final-answer keys and the
+    authors' reward value (the paper-comparable grade, on the gold string their code passes)."""
+    samples = [
+        {"text": c.text, "token_ids": list(c.token_ids), **_grade_one(c.text, problem)} for c in completions
+    ]
+    return {"id": problem.id, "gold": problem.answer, "authors_gold": problem.authors_gold, "samples": samples}
 
 
 def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
-    """Per-prompt counts for the result JSON (enough to recompute every metric)."""
+    """Per-prompt counts and per-sample lists for the result JSON (enough to recompute every metric)."""
     s = record["samples"]
     keys = [x["answer_key"] for x in s]
     n = len(s)
-    return {
+    row = {
         "id": record["id"],
         "n": n,
         "reward_correct": sum(x["reward_correct"] for x in s),
         "true_correct": sum(x["true_correct"] for x in s),
         # authors_correct: the authors' reward > 0.5, how their evaluation counts a sample correct.
-        "authors_correct": sum(_authors_reward(record, x) > 0.5 for x in s),
-        "authors_reward_mean": sum(_authors_reward(record, x) for x in s) / n,
-        # reward_maj: the most frequent final answer (ties: first seen) is reward-correct.
+        "authors_correct": sum(float(x["reward"]) > 0.5 for x in s),
+        "authors_reward_mean": sum(float(x["reward"]) for x in s) / n,
+        # reward_maj: the most frequent final answer (ties: first seen; no answer never wins) is reward-correct.
         "reward_maj": int(majority_vote(keys, [bool(x["reward_correct"]) for x in s])),
         # true_maj: more than half of the samples contain the gold somewhere.
         "true_maj": int(2 * sum(x["true_correct"] for x in s) > n),
         "mean_length": sum(len(x["token_ids"]) for x in s) / n,
+        **metrics.sample_lists(s),
+        "timeouts": sum(x.get("timed_out", 0) for x in s),
     }
+    errors = sorted({x["grading_error"] for x in s if x.get("grading_error")})
+    if errors:
+        row["grading_error"] = errors[0]
+    return row
 
 
 def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
-    """Accuracies over all samples (top-1 at T = 0), unbiased pass@k for k <= n, majority vote, length."""
-    total = sum(r["n"] for r in per_prompt)
-    n_min = min(r["n"] for r in per_prompt)
-    metrics: dict[str, float] = {
-        "reward_acc": sum(r["reward_correct"] for r in per_prompt) / total,
-        "true_acc": sum(r["true_correct"] for r in per_prompt) / total,
-        "reward_maj": sum(r["reward_maj"] for r in per_prompt) / len(per_prompt),
-        "true_maj": sum(r["true_maj"] for r in per_prompt) / len(per_prompt),
-        "mean_length": sum(r["mean_length"] * r["n"] for r in per_prompt) / total,
-    }
-    # Rows from before the authors' column existed have no authors_correct: no authors_* metrics then.
-    kinds = (
-        ("reward", "true", "authors")
-        if all("authors_correct" in r for r in per_prompt)
-        else ("reward", "true")
-    )
-    if "authors" in kinds:
-        metrics["authors_acc"] = sum(r["authors_correct"] for r in per_prompt) / total
-    for k in PASS_KS:
-        if k > n_min:
-            break
-        for kind in kinds:
-            metrics[f"{kind}_pass@{k}"] = sum(
-                pass_at_k(r["n"], r[f"{kind}_correct"], k) for r in per_prompt
-            ) / len(per_prompt)
-    return metrics
+    """Accuracies over all samples (top-1 at T = 0), pass@k for k <= n, majority votes (ours and the
+    authors' maj@k), best-of-n, first-sample top-1, agreement, unique answers, length (``metrics``)."""
+    return metrics.cell_metrics(per_prompt)
 
 
 # ---------------------------------------------------------------- partial shards
@@ -415,6 +401,7 @@ def _header(
     """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
     return {
         "schema_version": SCHEMA_VERSION,
+        "grader": GRADER_VERSION,
         "model": target.model,
         "method": target.method,
         "seed": target.seed,

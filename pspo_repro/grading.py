@@ -9,15 +9,22 @@ Two notions of correctness (paper-notes section 2):
 - reward-style: the *final* answer (after the last ``####``, else the last ``\\boxed{}``, else the last
   number) is equivalent to the gold;
 - true accuracy: the gold appears *anywhere* in the response (any number, ``\\boxed{}`` or ``$...$`` span).
+  A response that is reward-correct is always true-correct (true accuracy >= reward accuracy per item).
+
+Gold kinds: ``numeric`` (compared as numbers only, never through math-verify), ``latex`` (MATH: exact numbers
+when both sides are numbers, else math-verify) and ``text`` (ASDiv's word and time answers such as "Yes",
+"3:30 p.m.", "6th": a normalised string comparison). The grading of one response has a total time bound
+(``GRADE_BUDGET_S``) however many spans it holds.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import math
 import re
+import signal
 import threading
+import time
+from dataclasses import dataclass
 from fractions import Fraction
 
 from pspo_repro.data import last_boxed
@@ -28,10 +35,13 @@ MATH_VERIFY_TIMEOUT_S = 5.0
 # Upper bound on candidate spans tried by true_correct for LaTeX golds, so a long response cannot
 # cost thousands of math-verify calls.
 MAX_LATEX_CANDIDATES = 64
+# Total bound on math-verify time spent grading one response (reward- and true-correctness together):
+# past it, the remaining comparisons count as "not shown equivalent". Numeric and text golds never use it.
+GRADE_BUDGET_S = 5.0
 
 # A number as written in prose: optional sign (only when it is not a subtraction "16-3"), digits with
 # valid thousands grouping or plain digits, optional decimals, optional /denominator, optional %.
-_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?"
+_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d{1,4}(?![\d.]))?(?:/\d+)?%?"
 _NUMBER_RE = re.compile(r"(?:(?<![\w)\].])-)?(?<![\w.,])" + _NUM)
 # The authors' regex for the fallback "last number" (paper-notes section 2), used by their reward only.
 _AUTHORS_NUMBER_RE = re.compile(r"[-+]?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?")
@@ -42,6 +52,9 @@ _BOXED_START_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 # ---------------------------------------------------------------- extraction
 
+# "The answer is X." / "Final answer: X" (ASDiv's word and time answers are written this way).
+_ANSWER_PHRASE_RE = re.compile(r"(?i)\b(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)\s*:?\s*([^\n]+)")
+
 
 def _after_last_hashes(text: str) -> str | None:
     """The rest of the line after the last ``####`` (None when there is no ``####``)."""
@@ -49,6 +62,14 @@ def _after_last_hashes(text: str) -> str | None:
         return None
     tail = text.rsplit("####", 1)[1].strip()
     return tail.split("\n", 1)[0].strip()
+
+
+def _answer_phrase(text: str) -> str | None:
+    """What follows the last "the answer is" / "answer:" up to the end of its line (None when absent)."""
+    tail = None
+    for m in _ANSWER_PHRASE_RE.finditer(text):
+        tail = m.group(1).strip()
+    return tail or None
 
 
 def all_boxed(text: str) -> list[str]:
@@ -65,50 +86,78 @@ def all_boxed(text: str) -> list[str]:
 
 
 def find_numbers(text: str) -> list[str]:
-    """Every number written in ``text``, in order (``1,000``, ``-3``, ``2.5``, ``3/4``, ``20%``)."""
+    """Every number written in ``text``, in order (``1,000``, ``-3``, ``2.5``, ``3/4``, ``20%``, ``2.5e-06``)."""
     return [m.group(0) for m in _NUMBER_RE.finditer(text)]
 
 
 def extract_final_answer(text: str) -> str | None:
-    """The response's final answer: after the last ``####``, else the last ``\\boxed{}``, else the last number."""
+    """The response's final answer: after the last ``####``, else the last ``\\boxed{}``, else what follows
+    the last "the answer is", else the last number."""
     tail = _after_last_hashes(text)
     if tail:
         return tail
     boxed = last_boxed(text)
     if boxed:
         return boxed
+    phrase = _answer_phrase(text)
+    if phrase:
+        return phrase
     numbers = find_numbers(text)
     return numbers[-1] if numbers else None
 
 
 # ---------------------------------------------------------------- numbers
 
-_LATEX_NOISE = re.compile(r"\\[,;!: ]|\\(?:text|mathrm|textbf|mbox)\{[^{}]*\}|\\\$|\$|\\left|\\right|\s")
+_LATEX_NOISE = re.compile(
+    r"\\[,;!: ]|\\(?:text|mathrm|textbf|mbox)\{[^{}]*\}|\\\$|\$|\\left|\\right|\^\{?\\circ\}?|\s"
+)
 _FRAC_RE = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$|^(-?)\\[dt]?frac(\d)(\d)$")
 _PLAIN_RE = re.compile(r"^([-+]?)(" + _NUM + r")\.?$")
+_FRAC_ANY_RE = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}")
+# "2.5 \times 10^{-6}" / "2.5\cdot10^6": scientific notation as LaTeX writes it.
+_TIMES_TEN_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\\(?:times|cdot)10\^\{?([-+]?\d{1,4})\}?$")
+# A number with more digits is no answer to these benchmarks; parsing it is unbounded work on untrusted
+# text (int() refuses > 4300 digits, float() overflows past ~308): such strings are "no number".
+MAX_DIGITS = 100
+# Exponents beyond this are no answer either (Fraction("1e99999") would build a 99999-digit integer).
+MAX_EXPONENT = 400
+_EXP_RE = re.compile(r"[eE]([-+]?\d+)")
+
+
+def _exponent_ok(body: str) -> bool:
+    m = _EXP_RE.search(body)
+    return m is None or abs(int(m.group(1))) <= MAX_EXPONENT
 
 
 def parse_number(s: str) -> Fraction | None:
-    """An exact value for a string that *is* a number (``"1,000"``, ``"$18.00"``, ``"3/4"``, ``"\\frac{1}{2}"``).
+    """An exact value for a string that *is* a number (``"1,000"``, ``"$18.00"``, ``"3/4"``, ``"\\frac{1}{2}"``,
+    ``"2.0107e-06"``, ``"2.5 \\times 10^{-6}"``).
 
-    Returns None for anything else (expressions, words). A percent sign is dropped: "20%" is 20,
-    never 0.2 (golds are written in the unit the question asks for, so accepting N/100 would give
-    false positives). Units after the number ("18 dollars") are ignored only in the ``####`` tail;
-    here the whole string must be the number.
+    Returns None for anything else (expressions, words). Parsed with ``fractions.Fraction`` only (no
+    eval, no sympy). A percent sign is dropped: "20%" is 20, never 0.2 (golds are written in the unit the
+    question asks for, so accepting N/100 would give false positives). Units after the number
+    ("18 dollars") are ignored only in the ``####`` tail; here the whole string must be the number.
     """
     t = _LATEX_NOISE.sub("", s)
     t = t.replace("{,}", ",").rstrip(".")
-    if t.startswith("\\%") or not t or sum(c.isdigit() for c in t) > MAX_DIGITS:
+    if t.startswith("\\%") or not t or sum(c.isdigit() for c in t) > MAX_DIGITS or not t.isascii():
         return None
     t = t.replace("\\%", "%")
     m = _PLAIN_RE.match(t)
     if m:
         body = m.group(2).rstrip("%").replace(",", "")
+        if not _exponent_ok(body):
+            return None
         try:
-            value = Fraction(body)  # handles "3/4" and "2.50" exactly
+            value = Fraction(body)  # handles "3/4", "2.50" and "2.0107e-06" exactly
         except (ValueError, ZeroDivisionError):
             return None
         return -value if m.group(1) == "-" else value
+    m = _TIMES_TEN_RE.match(t)
+    if m:
+        if abs(int(m.group(2))) > MAX_EXPONENT:
+            return None
+        return Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))
     m = _FRAC_RE.match(t)
     if m:
         sign, num, den = (
@@ -119,11 +168,6 @@ def parse_number(s: str) -> Fraction | None:
         value = Fraction(int(num), int(den))
         return -value if sign == "-" else value
     return None
-
-
-# A number with more digits is no answer to these benchmarks; parsing it is unbounded work on untrusted
-# text (int() refuses > 4300 digits, float() overflows past ~308): such strings are "no number".
-MAX_DIGITS = 100
 
 
 def _leading_number(s: str) -> Fraction | None:
@@ -138,18 +182,69 @@ def _leading_number(s: str) -> Fraction | None:
     return parse_number(m.group(0))
 
 
-def numbers_equal(a: Fraction, b: Fraction) -> bool:
-    """Exact equality, with a 1e-12 relative slack only for golds stored as binary floats (3244047.0999999996)."""
+# A gold written with this many significant digits and a fractional part is a binary float's repr
+# (gsm_hard's 3244047.0999999996, 14053029.666666666): the only inexact golds. Any decimal with fewer
+# digits is exactly what its author meant, so it is compared exactly.
+INEXACT_GOLD_DIGITS = 15
+# Relative slack for an inexact gold: a few float64 ulps (2.2e-16) of accumulated rounding, no more.
+INEXACT_GOLD_RTOL = Fraction(1, 10**14)
+_MANTISSA_RE = re.compile(r"^[-+]?(\d*)\.(\d+)$")
+
+
+def gold_tolerance(gold: str) -> Fraction:
+    """Relative tolerance for comparing with ``gold``: 0 (exact) unless the gold itself is inexact."""
+    m = _MANTISSA_RE.match(gold.strip().replace(",", ""))
+    if m is None:  # an integer, a fraction, an exponent form with a short mantissa, LaTeX: exact
+        return Fraction(0)
+    digits = (m.group(1) + m.group(2)).lstrip("0")
+    return INEXACT_GOLD_RTOL if len(digits) >= INEXACT_GOLD_DIGITS else Fraction(0)
+
+
+def numbers_equal(a: Fraction, b: Fraction, rtol: Fraction = Fraction(0)) -> bool:
+    """Equality, exact unless a relative tolerance is given (``gold_tolerance``: only for inexact golds)."""
     if a == b:
         return True
-    return abs(a - b) <= Fraction(1, 10**12) * max(abs(a), abs(b))
+    return bool(rtol) and abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+# ---------------------------------------------------------------- text answers (ASDiv words and times)
+
+_ORDINAL_RE = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+_ARTICLE_RE = re.compile(r"^(?:the|a|an)\s+")
+
+
+def normalise_words(s: str) -> str:
+    """A word/time answer in a comparable form: "The 3:30 P.M." -> "3:30 pm" (case, periods, articles)."""
+    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s).replace("$", "")
+    s = re.sub(r"[.\u2019'`\"*]", lambda m: "'" if m.group(0) in "\u2019'`" else "", s.lower())
+    s = re.sub(r"\s+", " ", s).strip(" ,;:!")
+    return _ARTICLE_RE.sub("", s)
+
+
+def _text_equivalent(pred: str, gold: str) -> bool:
+    p, g = normalise_words(pred), normalise_words(gold)
+    if p == g and p:
+        return True
+    m = _ORDINAL_RE.match(g)  # "6th": the position written as a number ("6") is the same answer
+    if m:
+        value = _leading_number(pred)
+        return value is not None and value == int(m.group(1))
+    return False
+
+
+def _text_appears(response: str, gold: str) -> bool:
+    """Whether the normalised gold phrase occurs in the normalised response as whole words."""
+    g = normalise_words(gold)
+    if not any(c.isalnum() for c in g):  # "-": a bare symbol anywhere proves nothing
+        return False
+    return re.search(r"(?<!\w)" + re.escape(g) + r"(?!\w)", normalise_words(response)) is not None
 
 
 # ---------------------------------------------------------------- LaTeX via math-verify
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
-    """math-verify warns on every call made with timeouts off; off the main thread that is by design."""
+    """math-verify warns on every call made with timeouts off; we bound its time ourselves."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Timeout is disabled" not in record.getMessage()
@@ -167,82 +262,156 @@ def _normalise_text(s: str) -> str:
     return s.rstrip(".").lower()
 
 
-def _mv_verify(pred: str, gold: str, timeouts: bool) -> bool:
+def _mv_verify(pred: str, gold: str) -> bool:
     """math-verify on two LaTeX strings (boxed so only their content is parsed); LaTeX parser only."""
     from math_verify import LatexExtractionConfig, parse, verify
 
     cfg = [LatexExtractionConfig(boxed_match_priority=0)]
-    t = int(math.ceil(MATH_VERIFY_TIMEOUT_S)) if timeouts else None
-    g = parse(f"\\boxed{{{gold}}}", extraction_config=cfg, parsing_timeout=t)
-    p = parse(f"\\boxed{{{pred}}}", extraction_config=cfg, parsing_timeout=t)
+    # Its own (signal, whole-second) timeouts stay off: _bounded bounds the whole call instead.
+    g = parse(f"\\boxed{{{gold}}}", extraction_config=cfg, parsing_timeout=None)
+    p = parse(f"\\boxed{{{pred}}}", extraction_config=cfg, parsing_timeout=None)
     if not g or not p:
         return False
-    return bool(verify(g, p, timeout_seconds=t))
+    return bool(verify(g, p, timeout_seconds=None))
 
 
-def _bounded(fn, *args) -> bool:
-    """Run ``fn`` under a time bound that works on any thread.
+_WARM = threading.Lock()
+_warmed = False
 
-    On the main thread math-verify's own ``signal.alarm`` timeouts bound it. Elsewhere (TRL may call
-    rewards off the main thread) signals cannot be used, so the call runs with timeouts off in a daemon
-    thread and we stop waiting after the bound (a timed-out comparison counts as not equivalent; the
-    thread finishes in the background).
+
+def _warm_up() -> float:
+    """Import math-verify and build its parser once, outside any time bound (a cold start takes seconds
+    that belong to no response); returns the seconds this call spent doing so."""
+    global _warmed
+    start = time.monotonic()
+    with _WARM:
+        if not _warmed:
+            _mv_verify("1", "1")
+            _warmed = True
+    return time.monotonic() - start
+
+
+class GradingTimeout(BaseException):
+    """Raised by the interval timer inside math-verify; a BaseException so its ``except Exception`` cannot eat it."""
+
+
+class Deadline:
+    """The time left for grading one response (``GRADE_BUDGET_S`` in total across all comparisons)."""
+
+    def __init__(self, budget_s: float = GRADE_BUDGET_S) -> None:
+        self.end = time.monotonic() + budget_s
+        self.expired = False
+
+    def remaining(self) -> float:
+        """Seconds left (<= 0 once spent)."""
+        return self.end - time.monotonic()
+
+
+def _on_alarm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise GradingTimeout
+
+
+def _bounded(fn, args: tuple, timeout: float) -> bool | None:
+    """``fn(*args)`` under a time bound that works on any thread; None when the bound was hit.
+
+    On the main thread a one-shot interval timer (fractions of a second) interrupts the call; another
+    armed timer (e.g. a test-timeout plugin's) is left alone and the thread path is used instead.
+    Elsewhere (TRL may call rewards off the main thread) the call runs in a daemon thread and we stop
+    waiting after the bound (the thread finishes in the background). A parser failure is False.
     """
-    if threading.current_thread() is threading.main_thread():
+    if timeout <= 0:
+        return None
+    if threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
         try:
-            return fn(*args, True)
-        except Exception:  # a timeout or parser failure means "not shown equivalent"
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                return bool(fn(*args))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except GradingTimeout:
+            return None
+        except Exception:  # a parser failure means "not shown equivalent"
             return False
+        finally:
+            signal.signal(signal.SIGALRM, previous)
     result: list[bool] = []
 
     def target() -> None:
         try:
-            result.append(fn(*args, False))
+            result.append(bool(fn(*args)))
         except Exception:
             result.append(False)
 
     worker = threading.Thread(target=target, daemon=True, name="math-verify")
     worker.start()
-    worker.join(MATH_VERIFY_TIMEOUT_S)
-    return bool(result and result[0])
+    worker.join(timeout)
+    return result[0] if result else None
 
 
-@functools.lru_cache(maxsize=65536)
-def _latex_equivalent(pred: str, gold: str) -> bool:
+# Definite math-verify verdicts only (a timed-out comparison is not cached: it may finish with more time).
+_MV_CACHE: dict[tuple[str, str], bool] = {}
+_MV_CACHE_SIZE = 65536
+
+
+def _latex_equivalent(pred: str, gold: str, deadline: Deadline | None = None) -> bool:
     if _normalise_text(pred) == _normalise_text(gold):
         return True
-    return _bounded(_mv_verify, pred, gold)
+    key = (pred, gold)
+    if key in _MV_CACHE:
+        return _MV_CACHE[key]
+    deadline = deadline or Deadline()
+    deadline.end += _warm_up()  # a cold start is charged to no response
+    verdict = _bounded(_mv_verify, key, min(MATH_VERIFY_TIMEOUT_S, deadline.remaining()))
+    if verdict is None:
+        deadline.expired = True
+        return False
+    if len(_MV_CACHE) >= _MV_CACHE_SIZE:
+        _MV_CACHE.clear()
+    _MV_CACHE[key] = verdict
+    return verdict
 
 
-def answers_equivalent(pred: str | None, gold: str, kind: str) -> bool:
-    """Whether a predicted answer string equals the gold: exact numbers for ``numeric``, math-verify for ``latex``."""
+def _gold_number(gold: str, kind: str) -> Fraction | None:
+    g = parse_number(gold)
+    if g is None and kind == "numeric":
+        raise ValueError(f"numeric gold answer is not a number: {gold!r}")
+    return g
+
+
+def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadline | None = None) -> bool:
+    """Whether a predicted answer string equals the gold.
+
+    ``numeric``: as numbers only (exact; ``gold_tolerance`` for inexact golds); ``latex``: as numbers
+    when the gold is a number, else math-verify (time-bounded by ``deadline``); ``text``: normalised words.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown answer kind {kind!r}; allowed: {', '.join(KINDS)}")
     if pred is None or not pred.strip():
         return False
-    if kind == "numeric":
-        g = parse_number(gold)
-        if g is None:
-            raise ValueError(f"numeric gold answer is not a number: {gold!r}")
-        p = _leading_number(pred)
-        return p is not None and numbers_equal(p, g)
-    if kind == "latex":
-        g = parse_number(gold)
-        p = parse_number(pred)
-        if g is not None and p is not None:  # both plain numbers: exact, no parser needed
-            return numbers_equal(p, g)
-        return _latex_equivalent(pred.strip(), gold.strip())
-    raise ValueError(f"unknown answer kind {kind!r}; allowed: latex, numeric")
+    if kind == "text":
+        return _text_equivalent(pred, gold)
+    g = _gold_number(gold, kind)
+    if g is not None:  # a numeric gold is compared numerically only, whatever its kind
+        p = _leading_number(pred) if kind == "numeric" else parse_number(pred)
+        return p is not None and numbers_equal(p, g, gold_tolerance(gold))
+    return _latex_equivalent(pred.strip(), gold.strip(), deadline)
+
+
+KINDS = ("numeric", "latex", "text")
 
 
 # ---------------------------------------------------------------- the two accuracies
 
 
-def reward_correct(response: str, gold: str, kind: str) -> bool:
+def reward_correct(response: str, gold: str, kind: str, deadline: Deadline | None = None) -> bool:
     """Reward-style correctness: the final answer (``extract_final_answer``) is equivalent to the gold."""
-    return answers_equivalent(extract_final_answer(response), gold, kind)
+    return answers_equivalent(extract_final_answer(response), gold, kind, deadline)
 
 
 def answer_candidates(response: str) -> list[str]:
-    """Every span that could be the answer: the ``####`` tail, ``\\boxed{}`` and ``$...$`` spans, numbers."""
+    """Every span that could be the answer: the ``####`` tail, ``\\boxed{}`` and ``$...$`` spans, the
+    "answer is" phrase, numbers."""
     spans: list[str] = []
     tail = _after_last_hashes(response)
     if tail:
@@ -250,26 +419,45 @@ def answer_candidates(response: str) -> list[str]:
     spans += all_boxed(response)
     for m in _DOLLAR_SPAN_RE.finditer(response):
         spans.append(next(g for g in m.groups() if g is not None).strip())
+    phrase = _answer_phrase(response)
+    if phrase:
+        spans.append(phrase)
     spans += find_numbers(response)
     return list(dict.fromkeys(s for s in spans if s))  # de-duplicated, order kept
 
 
-def true_correct(response: str, gold: str, kind: str) -> bool:
-    """True accuracy: the gold appears anywhere in the response (any number, boxed or ``$`` span)."""
+def true_correct(
+    response: str, gold: str, kind: str, deadline: Deadline | None = None, reward_ok: bool | None = None
+) -> bool:
+    """True accuracy: the gold appears anywhere in the response (any number, boxed or ``$`` span).
+
+    Never below reward-style correctness: a response whose final answer is correct is true-correct
+    (``reward_ok`` passes that verdict in when it is already known).
+    """
+    deadline = deadline or Deadline()
+    if reward_ok is None:
+        reward_ok = reward_correct(response, gold, kind, deadline)
+    if reward_ok:
+        return True
     candidates = answer_candidates(response)
-    if kind == "numeric" or parse_number(gold) is not None:
-        g = parse_number(gold)
-        if g is not None:
-            for c in candidates:
-                p = parse_number(c) if kind == "latex" else _leading_number(c)
-                if p is not None and numbers_equal(p, g):
-                    return True
-            if kind == "numeric":
-                return False
-    # LaTeX gold (or a numeric one written in LaTeX, e.g. "10\\sqrt{2}"): math-verify over the spans,
-    # longest-structured first is not needed: any match counts. Capped to bound the cost.
+    if kind == "text":
+        return _text_appears(response, gold) or any(_text_equivalent(c, gold) for c in candidates)
+    g = _gold_number(gold, kind)
+    if g is not None:  # numeric golds: numbers only, no math-verify (its cost is per span)
+        rtol = gold_tolerance(gold)
+        # Also the right-hand side of "x = \\frac{14}{3}" and every LaTeX fraction written inline.
+        extra = [c.rsplit("=", 1)[1] for c in candidates if "=" in c] + _FRAC_ANY_RE.findall(response)
+        for c in candidates + extra:
+            p = parse_number(c) if kind == "latex" else _leading_number(c)
+            if p is not None and numbers_equal(p, g, rtol):
+                return True
+        return False
+    # A LaTeX gold: math-verify over the non-numeric spans, capped in number and bounded in total time.
     for c in [c for c in candidates if parse_number(c) is None][:MAX_LATEX_CANDIDATES]:
-        if answers_equivalent(c, gold, "latex"):
+        if deadline.remaining() <= 0:
+            deadline.expired = True
+            return False
+        if answers_equivalent(c, gold, "latex", deadline):
             return True
     return False
 
@@ -279,10 +467,31 @@ def final_answer_key(response: str, kind: str) -> str | None:
     pred = extract_final_answer(response)
     if pred is None:
         return None
+    if kind == "text":
+        return normalise_words(pred) or None
     value = _leading_number(pred) if kind == "numeric" else parse_number(pred)
     if value is not None:
         return str(value)
     return None if kind == "numeric" else _normalise_text(pred)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """Both gradings of one response, under one total time bound."""
+
+    final_answer: str | None
+    answer_key: str | None
+    reward_correct: bool
+    true_correct: bool
+    timed_out: bool  # the time bound cut a comparison short (counted as not equivalent)
+
+
+def grade(response: str, gold: str, kind: str, budget_s: float = GRADE_BUDGET_S) -> Grade:
+    """Grade one response: final answer, vote key, reward- and true-correctness (true >= reward)."""
+    deadline = Deadline(budget_s)
+    rc = reward_correct(response, gold, kind, deadline)
+    tc = true_correct(response, gold, kind, deadline, reward_ok=rc)
+    return Grade(extract_final_answer(response), final_answer_key(response, kind), rc, tc, deadline.expired)
 
 
 # ---------------------------------------------------------------- the authors' reward
@@ -297,9 +506,10 @@ def _authors_isclose(a: Fraction, b: Fraction) -> bool:
 
 
 def gsm8k_numeric_reward(response: str, gold: str) -> float:
-    """The authors' ``gsm8k_numeric_reward``: effective values {0, 0.05, 1}.
+    """Our corrected version of the authors' ``gsm8k_numeric_reward`` (``reward=gsm8k_numeric``; their
+    function bug for bug is ``pspo_repro.authors_reward``): effective values {0, 0.05, 1}.
 
-    Parse the answer after ``####`` (else the last number of the text, their regex); 1.0 if it is
+    Parse the answer after the last ``####`` (else the last number of the text, their regex); 1.0 if it is
     ``math.isclose`` (rel and abs 1e-6) to the gold, +0.05 if ``####\\s*\\d+[^\\n]+`` matches (their
     format bonus, quirks included: a single-digit answer alone on the line does not match), -0.2 when no
     number is found; clipped to [0, 1]. Their sympy fallback for non-numeric tails is not reproduced

@@ -81,6 +81,7 @@ def load_eval_cells(root: Path) -> pd.DataFrame:
         row["temperature"] = round(float(row["temperature"]), 6)
         row["file"] = str(path)
         row["metrics"] = cell["metrics"]
+        row["per_prompt"] = cell.get("per_prompt") or []  # for ci=bootstrap and paired comparisons
         for metric, field in COUNT_METRICS.items():
             if metric in cell["metrics"]:
                 row[f"{metric}__correct"], row[f"{metric}__total"] = _counts(cell, field, metric, path)
@@ -124,9 +125,10 @@ def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
     """The long table: one row per (model, method, tag, seed, dataset, temperature, metric).
 
     ``correct``/``total`` hold pooled-count inputs for the accuracy metrics (NaN for others); ``prompts``
-    is the cell's number of prompts (the authors' Wilson trials per seed).
+    is the cell's number of prompts (the authors' Wilson trials per seed); ``per_prompt`` references the
+    cell's per-prompt rows (not copied; drop it before writing a CSV).
     """
-    cols = [*CELL_KEYS, "metric", "value", "correct", "total", "prompts", "file"]
+    cols = [*CELL_KEYS, "metric", "value", "correct", "total", "prompts", "file", "per_prompt"]
     rows = []
     for rec in cells.to_dict("records"):
         for metric, value in rec["metrics"].items():
@@ -141,6 +143,7 @@ def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
                     "total": rec.get(f"{metric}__total", float("nan")),
                     "prompts": int(rec["num_prompts"]),
                     "file": rec["file"],
+                    "per_prompt": rec.get("per_prompt") or [],
                 }
             )
     return pd.DataFrame(rows, columns=cols)
@@ -238,3 +241,29 @@ def load_runs(
             )
     cols = ["model", "method", "seed", "tag", "step", "num_tokens", "metric", "value", "run_dir"]
     return runs_df, pd.DataFrame(long_rows, columns=cols)
+
+
+def prompt_values(long_rows: pd.DataFrame) -> list[dict[str, float]]:
+    """Per seed (one entry per row of ``long_rows``, all one metric): {prompt id: that prompt's value}.
+
+    Raises ResultsError naming the file when a cell's per-prompt rows cannot give the metric (cells
+    written before the per-sample lists existed lack what maj@k, top-1 and agreement need).
+    """
+    from pspo_repro.metrics import prompt_value
+
+    out = []
+    for rec in long_rows.to_dict("records"):
+        rows, metric = rec["per_prompt"], rec["metric"]
+        if not rows:
+            raise ResultsError(f"{rec['file']}: no per_prompt rows, so {metric} has no per-prompt values")
+        try:
+            values = {r["id"]: prompt_value(r, metric) for r in rows}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultsError(f"{rec['file']}: no per-prompt values for {metric} ({exc})") from None
+        if any(v is None for v in values.values()):
+            raise ResultsError(
+                f"{rec['file']}: per_prompt rows lack the per-sample lists {metric} needs "
+                "(written before they were stored): rerun this cell's evaluation"
+            )
+        out.append({k: float(v) for k, v in values.items()})
+    return out

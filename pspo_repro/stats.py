@@ -45,11 +45,15 @@ def majority_vote(answers: Sequence[Hashable | None], correct: Sequence[bool]) -
 
 
 # --- Confidence intervals for tables -------------------------------------------------------------
-# Two interval methods, chosen per aggregation run and named in every caption:
+# Three interval methods, chosen per aggregation run and named in every caption:
 #   t_seeds        Student t over the per-seed means (seed-to-seed variation; needs n >= 2 seeds);
 #   wilson_pooled  Wilson score interval on the mean of per-prompt accuracies pooled over seeds, trials =
-#                  prompts x seeds (the authors' code, pooled over seeds).
-CI_METHODS = ("t_seeds", "wilson_pooled")
+#                  prompts x seeds (the authors' code, pooled over seeds);
+#   bootstrap      percentile bootstrap over prompts of the seed-averaged per-prompt values
+#                  (prompt-to-prompt variation; the authors' evaluation code defines one).
+CI_METHODS = ("t_seeds", "wilson_pooled", "bootstrap")
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,103 @@ def seed_interval(
     check_ci_method(method)
     if method == "t_seeds":
         return t_interval(values, confidence)
+    if method == "bootstrap":
+        raise ValueError("bootstrap needs per-prompt values: use bootstrap_interval")
     if successes is None or trials is None:
         raise ValueError("wilson_pooled needs correct counts and trials per seed")
     return wilson_pooled(successes, trials, confidence)
+
+
+def _prompt_matrix(per_seed: Sequence[dict[str, float]]) -> tuple[list[str], np.ndarray]:
+    """Prompt ids present in every seed and a (seeds x prompts) array of their values."""
+    if not per_seed:
+        raise ValueError("bootstrap needs at least one seed of per-prompt values")
+    ids = sorted(set.intersection(*(set(d) for d in per_seed)))
+    if not ids:
+        raise ValueError("bootstrap: the seeds share no prompt")
+    return ids, np.array([[d[i] for i in ids] for d in per_seed], dtype=float)
+
+
+def _resample_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Means of ``values`` over ``resamples`` bootstrap draws of its entries (with replacement)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.size, size=(resamples, values.size))
+    return values[idx].mean(axis=1)
+
+
+def bootstrap_interval(
+    per_seed: Sequence[dict[str, float]],
+    confidence: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval:
+    """Percentile bootstrap over prompts: each prompt's value averaged over seeds, prompts resampled.
+
+    ``per_seed`` holds one {prompt id: value} per seed (NaN values, e.g. no answer to count, are left
+    out of that prompt's average; a prompt NaN in every seed is dropped). The interval reflects which
+    prompts the benchmark happens to hold, not seed-to-seed variation.
+    """
+    _, matrix = _prompt_matrix(per_seed)
+    with np.errstate(all="ignore"):
+        values = np.nanmean(matrix, axis=0) if np.isnan(matrix).any() else matrix.mean(axis=0)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        raise ValueError("bootstrap: no prompt has a value")
+    means = _resample_means(values, resamples, seed)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return Interval(float(values.mean()), float(low), float(high), len(per_seed), "bootstrap")
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Method A minus method B on the same prompts: mean difference, its interval and a paired test."""
+
+    mean_a: float
+    mean_b: float
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    n_prompts: int
+    wins: int  # prompts where A > B
+    losses: int  # prompts where A < B
+
+
+def paired_comparison(
+    a: Sequence[dict[str, float]],
+    b: Sequence[dict[str, float]],
+    confidence: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Paired:
+    """Compare two methods prompt by prompt (each averaged over its seeds) on the prompts both have.
+
+    The interval is a percentile bootstrap over prompts of the mean difference; the p-value is a
+    two-sided paired t-test (scipy ``ttest_rel``) on the per-prompt differences (1.0 when they are all 0).
+    """
+    ids_a, ma = _prompt_matrix(a)
+    ids_b, mb = _prompt_matrix(b)
+    common = sorted(set(ids_a) & set(ids_b))
+    if not common:
+        raise ValueError("paired comparison: the two methods share no prompt")
+    pos_a, pos_b = {i: j for j, i in enumerate(ids_a)}, {i: j for j, i in enumerate(ids_b)}
+    with np.errstate(all="ignore"):
+        va = np.nanmean(ma[:, [pos_a[i] for i in common]], axis=0)
+        vb = np.nanmean(mb[:, [pos_b[i] for i in common]], axis=0)
+    keep = np.isfinite(va) & np.isfinite(vb)
+    va, vb = va[keep], vb[keep]
+    if va.size == 0:
+        raise ValueError("paired comparison: no prompt has a value for both methods")
+    d = va - vb
+    means = _resample_means(d, resamples, seed)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    if np.allclose(d, d[0]) and d[0] == 0:
+        p = 1.0
+    elif d.size < 2 or np.all(d == d[0]):
+        p = 0.0 if d.size > 1 else math.nan  # a constant non-zero difference: no variance, certain sign
+    else:
+        p = float(scipy.stats.ttest_rel(va, vb).pvalue)
+    return Paired(float(va.mean()), float(vb.mean()), float(d.mean()), float(low), float(high), p,
+                  int(d.size), int((d > 0).sum()), int((d < 0).sum()))  # fmt: skip

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from pspo_repro.results_io import ResultsError
-from pspo_repro.stats import Interval, seed_interval, t_interval
+from pspo_repro.results_io import ResultsError, prompt_values
+from pspo_repro.stats import BOOTSTRAP_RESAMPLES, Interval, bootstrap_interval, seed_interval, t_interval
 
 SHORT = "†"  # fewer seeds than the table expects
 NO_CI = "‡"  # one seed under t_seeds: no interval exists
@@ -111,6 +111,12 @@ def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: N
             f"mean over seeds with {pct} Student t interval over per-seed means "
             f"(ci=t_seeds, {n_text}{t_text})"
         )
+    if ci == "bootstrap":
+        return (
+            f"mean over prompts (each averaged over its seeds) with {pct} percentile bootstrap interval over "
+            f"prompts ({BOOTSTRAP_RESAMPLES} resamples; prompt-to-prompt variation, not seed-to-seed; "
+            f"ci=bootstrap, {n_text})"
+        )
     return (
         f"mean of per-prompt accuracies pooled over seeds with {pct} Wilson interval, trials = prompts x seeds "
         f"(the authors' interval; ci=wilson_pooled, {n_text})"
@@ -124,6 +130,13 @@ def cell_intervals(
     out = {}
     for key, grp in long.groupby(["model", "method", "tag", "dataset", "temperature"], sort=True):
         grp = grp.sort_values("seed")
+        if ci == "bootstrap":
+            try:
+                interval = bootstrap_interval(prompt_values(grp), confidence)
+            except ValueError as exc:
+                raise ResultsError(f"ci=bootstrap: {exc}") from None
+            out[key] = (interval, tuple(int(s) for s in grp["seed"]))
+            continue
         if ci == "wilson_pooled" and grp["total"].isna().any():
             raise ResultsError(
                 f"ci=wilson_pooled needs correct counts, which metric {grp['metric'].iloc[0]!r} lacks"

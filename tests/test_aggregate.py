@@ -312,10 +312,10 @@ def _cli(*args, cwd):
 
 
 def test_cli_unknown_ci_method(tree, tmp_path):
-    proc = _cli(f"results_dir={tree}", "ci=bootstrap", cwd=PROJECT_ROOT)
+    proc = _cli(f"results_dir={tree}", "ci=jackknife", cwd=PROJECT_ROOT)
     assert proc.returncode != 0
     err = proc.stderr.strip()
-    assert err == "error: unknown ci method 'bootstrap'; allowed: t_seeds, wilson_pooled"
+    assert err == "error: unknown ci method 'jackknife'; allowed: t_seeds, wilson_pooled, bootstrap"
     assert not (tree / "tables").exists()
 
 

@@ -164,7 +164,7 @@ CASES = [
     ("eval-jsonl-not-json", "evaluate", ["model=tiny"], None, 'test:{"question": "q", "answer": "#### 1"}\n{oops\n', ["test.jsonl:2", "malformed JSON"]),
     ("eval-row-no-answer", "evaluate", ["model=tiny"], None, 'test:{"question": "q"}\n', ["test.jsonl:1", "'answer'"]),
     # --- aggregate
-    ("agg-unknown-ci", "aggregate", ["results_dir={RESULTS}", "ci=bootstrap"], setup_mixed, None, ["'bootstrap'", "allowed: t_seeds, wilson_pooled"]),
+    ("agg-unknown-ci", "aggregate", ["results_dir={RESULTS}", "ci=jackknife"], setup_mixed, None, ["'jackknife'", "allowed: t_seeds, wilson_pooled, bootstrap"]),
     ("agg-mixed-settings", "aggregate", ["results_dir={RESULTS}"], setup_mixed, None, ["max_new_tokens differs", "seed1/gsm8k/T0.0.json: max_new_tokens=64"]),
     ("agg-duplicate-cells", "aggregate", ["results_dir={RESULTS}"], setup_duplicate, None, ["duplicate results", "seed0-copy"]),
     ("agg-torn-cell", "aggregate", ["results_dir={RESULTS}"], setup_torn_cell, None, ["T0.0.json", "cannot read JSON"]),

@@ -45,7 +45,7 @@ def test_cell_metrics_hand_computed():
 def test_per_prompt_row_majority_and_counts():
     def s(key, rc, tc, ntok):
         return {"answer_key": key, "reward_correct": rc, "true_correct": tc, "token_ids": [0] * ntok,
-                "authors_reward": 1.0 if rc else 0.05}  # fmt: skip
+                "reward": 1.0 if rc else 0.05, "timed_out": 0}  # fmt: skip
 
     rec = {"id": "p", "samples": [s("5", 0, 1, 2), s("7", 1, 1, 4), s("5", 0, 0, 6)]}
     row = ev.per_prompt_row(rec)
@@ -59,6 +59,13 @@ def test_per_prompt_row_majority_and_counts():
         "authors_correct": 1,  # the authors' reward > 0.5
         "authors_reward_mean": pytest.approx((1.0 + 0.05 + 0.05) / 3),
         "mean_length": 4.0,
+        # per-sample lists (docs/architecture.md): what maj@k, top-1, agreement, correlation need
+        "answers": ["5", "7", "5"],
+        "reward_flags": [0, 1, 0],
+        "true_flags": [1, 1, 0],
+        "rewards": [0.05, 1.05, 0.05],
+        "lengths": [2, 4, 6],
+        "timeouts": 0,
     }
 
 

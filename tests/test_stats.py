@@ -87,6 +87,8 @@ def test_seed_interval_dispatch_and_unknown_method():
     assert seed_interval("wilson_pooled", [0.4], [20], [50]).method == "wilson_pooled"
     with pytest.raises(ValueError, match="wilson_pooled needs correct counts"):
         seed_interval("wilson_pooled", [0.4])
-    with pytest.raises(ValueError, match="allowed: t_seeds, wilson_pooled"):
-        check_ci_method("bootstrap")
-    assert CI_METHODS == ("t_seeds", "wilson_pooled")
+    with pytest.raises(ValueError, match="allowed: t_seeds, wilson_pooled, bootstrap"):
+        check_ci_method("jackknife")
+    assert CI_METHODS == ("t_seeds", "wilson_pooled", "bootstrap")
+    with pytest.raises(ValueError, match="per-prompt values"):
+        seed_interval("bootstrap", [0.4])

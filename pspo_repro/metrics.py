@@ -1,0 +1,151 @@
+"""The evaluation metrics of one cell, from its per-prompt records (pure Python + numpy, no torch).
+
+Besides our two accuracies (reward-style and true, see ``grading``) these are the metrics the authors'
+analysis code reports (``maths_plots.py`` in MCDwyer/GR-PSPO, read for its definitions):
+
+- ``maj@k``: their majority vote over the first k samples. "No answer" is a candidate and can win (then
+  the prompt counts as wrong); ties go to the answer seen first (``Counter.most_common``); the winner is
+  graded reward-style (its final answer against the gold).
+- ``reward_top1`` / ``true_top1``: the first sample's correctness (their "top-1" at T > 0).
+- ``reward_best_of_n`` / ``true_best_of_n``: any of the n samples is correct.
+- ``authors_acc`` / ``authors_pass@k``: the same with a sample counted correct when the authors' reward
+  exceeds 0.5 (``pspo_repro.authors_reward``): the numbers comparable with the paper's.
+- ``reward_pass@k`` / ``true_pass@k``: the unbiased estimator, k <= n (their ``pass_at_k_estimate``).
+- ``agreement``: the winning answer's share of the n samples ("no answer" included), mean over prompts.
+- ``unique_answers``: distinct non-empty final answers per prompt, mean over prompts with at least one.
+- ``mean_length``: completion tokens per sample.
+- ``reward_corr``: Pearson correlation over all samples between the authors' reward value and
+  reward-style correctness (omitted when either is constant or there are 5 samples or fewer, as theirs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pspo_repro.stats import pass_at_k
+
+PASS_KS = (1, 2, 4, 8, 16)
+# Per-prompt fields (lists, one entry per sample) the metrics beyond the two accuracies need.
+SAMPLE_FIELDS = ("answers", "reward_flags", "true_flags", "rewards", "lengths")
+
+
+def authors_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
+    """The authors' majority vote: (winning answer or None for "no answer", its count); ties: first seen."""
+    if not answers:
+        raise ValueError("authors_vote needs at least one answer")
+    counts = Counter(answers)
+    top = max(counts.values())
+    winner = next(a for a in answers if counts[a] == top)
+    return winner, top
+
+
+def maj_correct(answers: Sequence[str | None], flags: Sequence[int]) -> int:
+    """1 if the authors' vote winner is a graded-correct answer (a "no answer" winner is wrong)."""
+    if len(answers) != len(flags):
+        raise ValueError(f"maj_correct: {len(answers)} answers but {len(flags)} grades")
+    winner, _ = authors_vote(answers)
+    if winner is None:
+        return 0
+    return int(next(f for a, f in zip(answers, flags, strict=True) if a == winner))
+
+
+def has_samples(row: dict[str, Any]) -> bool:
+    """Whether a per-prompt row carries the per-sample lists (cells written before they existed do not)."""
+    return all(f in row for f in SAMPLE_FIELDS)
+
+
+def prompt_value(row: dict[str, Any], metric: str) -> float | None:
+    """One prompt's contribution to a cell metric (the cell value is the mean over prompts, NaN excluded).
+
+    None when the row lacks what the metric needs. ``reward_corr`` is not a mean over prompts: ValueError.
+    """
+    n = int(row["n"])
+    for kind in ("reward", "true", "authors"):
+        if kind == "authors" and "authors_correct" not in row:
+            if metric.startswith("authors_"):
+                return None
+            continue
+        if metric == f"{kind}_acc":
+            return row[f"{kind}_correct"] / n
+        if metric.startswith(f"{kind}_pass@"):
+            k = int(metric.split("@", 1)[1])
+            return pass_at_k(n, int(row[f"{kind}_correct"]), k) if k <= n else None
+        if metric == f"{kind}_maj":
+            return float(row[f"{kind}_maj"]) if f"{kind}_maj" in row else None
+        if metric == f"{kind}_best_of_n":
+            return float(row[f"{kind}_correct"] > 0)
+    if metric == "mean_length":
+        return float(row["mean_length"])
+    if metric == "reward_corr":
+        raise ValueError("reward_corr is a correlation over samples, not a mean over prompts")
+    if not has_samples(row):
+        return None
+    if metric.startswith("maj@"):
+        k = int(metric.split("@", 1)[1])
+        return float(maj_correct(row["answers"][:k], row["reward_flags"][:k])) if k <= n else None
+    if metric == "reward_top1":
+        return float(row["reward_flags"][0])
+    if metric == "true_top1":
+        return float(row["true_flags"][0])
+    if metric == "agreement":
+        return authors_vote(row["answers"])[1] / n
+    if metric == "unique_answers":
+        distinct = {a for a in row["answers"] if a is not None}
+        return float(len(distinct)) if distinct else float("nan")
+    raise ValueError(f"unknown per-prompt metric {metric!r}")
+
+
+def sample_lists(samples: list[dict[str, Any]]) -> dict[str, list]:
+    """The per-sample lists of a per-prompt row, from a prompt's graded samples (``evaluate.grade_samples``)."""
+    return {
+        "answers": [s["answer_key"] for s in samples],
+        "reward_flags": [int(s["reward_correct"]) for s in samples],
+        "true_flags": [int(s["true_correct"]) for s in samples],
+        "rewards": [float(s["reward"]) for s in samples],
+        "lengths": [len(s["token_ids"]) for s in samples],
+    }
+
+
+def _mean(values: list[float | None]) -> float:
+    arr = np.array([np.nan if v is None else v for v in values], dtype=float)
+    return float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
+
+
+def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
+    """Every metric of one cell from its per-prompt rows (the authors' ones only when rows carry samples)."""
+    total = sum(r["n"] for r in per_prompt)
+    n_min = min(r["n"] for r in per_prompt)
+    metrics: dict[str, float] = {
+        "reward_acc": sum(r["reward_correct"] for r in per_prompt) / total,
+        "true_acc": sum(r["true_correct"] for r in per_prompt) / total,
+        "reward_maj": sum(r["reward_maj"] for r in per_prompt) / len(per_prompt),
+        "true_maj": sum(r["true_maj"] for r in per_prompt) / len(per_prompt),
+        "mean_length": sum(r["mean_length"] * r["n"] for r in per_prompt) / total,
+    }
+    # Rows from before the authors' column existed have no authors_correct: no authors_* metrics then.
+    kinds = ["reward", "true"]
+    if all("authors_correct" in r for r in per_prompt):
+        kinds.append("authors")
+        metrics["authors_acc"] = sum(r["authors_correct"] for r in per_prompt) / total
+    for k in PASS_KS:
+        if k > n_min:
+            break
+        for kind in kinds:
+            metrics[f"{kind}_pass@{k}"] = _mean([prompt_value(r, f"{kind}_pass@{k}") for r in per_prompt])
+    if not all(has_samples(r) for r in per_prompt):
+        return metrics
+    names = [f"maj@{k}" for k in PASS_KS if k <= n_min]
+    names += ["reward_top1", "true_top1", "reward_best_of_n", "true_best_of_n", "agreement", "unique_answers"]
+    for name in names:
+        metrics[name] = _mean([prompt_value(r, name) for r in per_prompt])
+    rewards = np.array([x for r in per_prompt for x in r["rewards"]], dtype=float)
+    flags = np.array([x for r in per_prompt for x in r["reward_flags"]], dtype=float)
+    if rewards.size > 5 and rewards.std() > 0 and flags.std() > 0:
+        metrics["reward_corr"] = float(np.corrcoef(rewards, flags)[0, 1])
+    metrics["grading_timeouts"] = float(sum(r.get("timeouts", 0) for r in per_prompt))
+    metrics["grading_errors"] = float(sum(1 for r in per_prompt if r.get("grading_error")))
+    return {k: v for k, v in metrics.items() if v == v}  # NaN (no prompt had an answer) is left out
