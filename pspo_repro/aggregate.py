@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
-from pspo_repro.atomic import atomic_open, write_text
+from pspo_repro.atomic import write_set
 from pspo_repro.paths import PROJECT_ROOT, results_dir
 from pspo_repro.results_io import (
     ResultsError,
@@ -71,14 +71,19 @@ class Outputs:
 
 def validate(cfg: DictConfig) -> None:
     """Check options before touching any file, so a typo costs one line and writes nothing."""
+    from pspo_repro.cli import check_number
+
     try:
         check_ci_method(cfg.ci)
+        check_number("expected_seeds", cfg.expected_seeds, int, low=1)
+        for method, n in (cfg.expected_seeds_by_method or {}).items():
+            check_number(f"expected_seeds_by_method.{method}", n, int, low=1)
+        check_number("confidence", cfg.confidence, low=0, high=1, low_open=True, high_open=True)
+        check_number("main_temperature", cfg.main_temperature, low=0)
+        if cfg.ablation.get("step") is not None:
+            check_number("ablation.step", cfg.ablation.step, int, low=1)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if int(cfg.expected_seeds) < 1:
-        raise ConfigError(f"expected_seeds must be >= 1, got {cfg.expected_seeds}")
-    if not 0 < float(cfg.confidence) < 1:
-        raise ConfigError(f"confidence must be in (0, 1), got {cfg.confidence}")
     from pspo_repro.plots import CURVE_X
 
     if cfg.curves.x not in CURVE_X:
@@ -107,7 +112,20 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
     """Main and temperature tables, temperature figures and the reproduction report."""
     from pspo_repro import plots, report
 
-    cells = load_eval_cells(root)
+    left_out: list[str] = []
+    cells = load_eval_cells(root, left_out)  # cells that fail their checks: named and left out
+    for line in left_out:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    outputs.messages += left_out
+    if cells.empty:
+        outputs.messages.append(
+            f"no valid evaluation cell under {root / 'eval'}: skipped the evaluation tables"
+        )
+        return
+    if "provisional" in cells:
+        for f, why in zip(cells["file"], cells["provisional"], strict=True):
+            if isinstance(why, str):
+                outputs.messages.append(f"provisional cell (checkpoint asked for by name): {f}: {why}")
     long = eval_long(cells)
     outputs.files[out / "long_eval.csv"] = long.to_csv(index=False)
     outputs.messages += prompt_set_warnings(cells)
@@ -199,14 +217,19 @@ def summary_text(root: Path, out: Path, cfg: DictConfig, outputs: Outputs) -> st
     return "\n".join(lines) + "\n"
 
 
+# Extensions of aggregate's outputs: temp files of these names left by a kill are cleaned on the next run.
+OUTPUT_SUFFIXES = (".md", ".tex", ".csv", ".png", ".pdf", ".svg")
+
+
 def write_outputs(outputs: Outputs) -> None:
-    """Write every queued file atomically (text as UTF-8, figures as bytes)."""
-    for path, content in sorted(outputs.files.items()):
-        if isinstance(content, bytes):
-            with atomic_open(path, "wb") as fh:
-                fh.write(content)
-        else:
-            write_text(path, content)
+    """Write every queued file (text as UTF-8, figures as bytes) as one set per folder
+    (``atomic.write_set``): after a kill the folder holds the previous outputs or, once the next run
+    finishes the switch, the new ones, never half of each; stale temporaries of earlier kills are removed."""
+    by_folder: dict[Path, dict[Path, str | bytes]] = {}
+    for path, content in outputs.files.items():
+        by_folder.setdefault(Path(path).parent, {})[Path(path)] = content
+    for files in by_folder.values():
+        write_set(files, OUTPUT_SUFFIXES)
 
 
 def run(cfg: DictConfig) -> Outputs:
@@ -249,6 +272,8 @@ def _hydra_main(cfg: DictConfig) -> None:
         outputs = run(cfg)
     except (ConfigError, ResultsError) as exc:
         fail(str(exc))
+    except OSError as exc:  # a read-only or full out_dir: the message names the target (atomic.write_set)
+        fail(f"cannot write the outputs: {exc.strerror or exc}")
     summary = next(p for p in outputs.files if p.name == "summary.md")
     print(outputs.files[summary], end="")
 
