@@ -266,12 +266,16 @@ def run(cfg: DictConfig) -> Outputs:
 @hydra.main(version_base=None, config_path=str(PROJECT_ROOT / "conf"), config_name="aggregate")
 def _hydra_main(cfg: DictConfig) -> None:
     """CLI: a one-line error (file listings folded into it) and exit status 2 on invalid input or options."""
-    from pspo_repro.cli import fail
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pspo_repro.cli import fail, first_line
 
     try:
         outputs = run(cfg)
     except (ConfigError, ResultsError) as exc:
         fail(str(exc))
+    except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
     except OSError as exc:  # a read-only or full out_dir: the message names the target (atomic.write_set)
         fail(f"cannot write the outputs: {exc.strerror or exc}")
     summary = next(p for p in outputs.files if p.name == "summary.md")
@@ -281,7 +285,9 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Entry point of ``python -m pspo_repro.aggregate``: precheck the overrides, then run Hydra."""
     from pspo_repro.cli import precheck_overrides
+    from pspo_repro.paths import absolutize_args
 
+    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # relative folders: as the user meant them
     precheck_overrides(PROJECT_ROOT / "conf", "aggregate", sys.argv[1:])  # a typo in a key: one line
     _hydra_main()
 

@@ -98,7 +98,8 @@ def recover_set(folder: str | os.PathLike, stale_suffixes: tuple[str, ...] = ())
         journal.unlink()
     for p in sorted(folder.iterdir()) if folder.is_dir() else []:
         m = _STAGED_RE.match(p.name) or _TMP_RE.match(p.name)
-        if m and p.is_file() and (m.re is _STAGED_RE or m["name"].endswith((*stale_suffixes, ".staged"))):
+        ours = m and (m.re is _STAGED_RE or m["name"] == SET_JOURNAL)
+        if m and p.is_file() and (ours or m["name"].endswith((*stale_suffixes, ".staged"))):
             p.unlink()
             done.append(p.name)
     return done

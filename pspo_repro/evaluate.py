@@ -159,9 +159,8 @@ def resolve_target(cfg: Any) -> Target:
         folder = folder if folder.is_absolute() else run_dir / folder
         try:
             # Results are filed under the run's identity: only a checkpoint of that run may carry it.
-            ensure_under(
-                run_dir, folder, f"checkpoint {ckpt} (from {'checkpoint=' if cfg.checkpoint else info_path})"
-            )
+            source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
+            ensure_under(run_dir, folder, source)
         except UnsafePathError as exc:
             raise EvalError(f"{exc}, the run folder; evaluate another model as model=<folder>") from None
         _check_checkpoint(folder)
@@ -697,12 +696,16 @@ def _hydra_main() -> None:
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
     def _run(cfg: Any) -> None:
+        from omegaconf.errors import OmegaConfBaseException
+
+        from pspo_repro.cli import fail, first_line
+
         try:
             evaluate(cfg)
         except (EvalError, DataError) as exc:
-            from pspo_repro.cli import fail
-
             fail(str(exc))
+        except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+            fail(f"bad config value: {first_line(exc)}")
 
     _run()
 
@@ -736,7 +739,9 @@ def main() -> None:
         _precheck_argv(sys.argv[1:])
     except EvalError as exc:
         fail(str(exc))
-    sys.argv = [sys.argv[0], *rewrite_overrides(sys.argv[1:])]
+    from pspo_repro.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(rewrite_overrides(sys.argv[1:]))]
     precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
     _hydra_main()
 

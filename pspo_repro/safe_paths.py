@@ -69,8 +69,8 @@ def check_seed(what: str, value: object) -> int:
     """A seed from a file or a config as a non-negative integer below 2**32, else UnsafePathError."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise UnsafePathError(f"{what} must be an integer in [0, 4294967295], got {value!r}")
-    text = str(value).strip()
-    if not text.isdigit() or int(text) > 2**32 - 1:
+    text = str(value)
+    if not (text.isascii() and text.isdigit()) or int(text) > 2**32 - 1:
         raise UnsafePathError(f"{what} must be an integer in [0, 4294967295], got {_shown(text)}")
     return int(text)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pspo_repro.cli import UsageError, fail, first_line
 from pspo_repro.provenance import git_sha, package_versions
@@ -632,6 +633,8 @@ def _task(cfg: DictConfig) -> None:
         run(cfg)
     except UsageError as exc:  # one line and exit 2; a launcher job (Slurm) raises it
         fail(str(exc))
+    except OmegaConfBaseException as exc:  # e.g. run_tag=${oc.env:UNSET}: resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
     except OSError as exc:
         if exc.errno not in WRITE_ERRNOS:
             raise
@@ -643,6 +646,9 @@ def _task(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups/keys, then Hydra."""
+    from pspo_repro.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # model.path=../w: the folder the user meant
     try:
         check_group_choices(sys.argv[1:])
     except UsageError as exc:
