@@ -389,12 +389,17 @@ def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[s
     """
     if not path.is_file():
         return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:  # damaged bytes: like a torn line, that record is redone
+            lines.append("")
     try:
         first = json.loads(lines[0]) if lines else None
     except json.JSONDecodeError:
         first = None
-    if not first or first.get("header") != header:
+    if not isinstance(first, dict) or first.get("header") != header:
         log.warning("%s: written under other settings or unreadable; starting this cell afresh", path)
         path.unlink()
         return {}
@@ -404,7 +409,7 @@ def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[s
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue  # only the last line can be torn: we append whole lines and fsync each chunk
-        if rec.get("id") in wanted and rec["id"] not in done:
+        if isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in done:
             done[rec["id"]] = rec
     return done
 
@@ -706,6 +711,15 @@ def _hydra_main() -> None:
             fail(str(exc))
         except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
             fail(f"bad config value: {first_line(exc)}")
+        except OSError as exc:
+            import errno
+
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A read-only or full results folder: one line naming what could not be written.
+            fail(
+                f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+            )
 
     _run()
 
