@@ -386,7 +386,7 @@ def subprocess_runs(tmp_path_factory, tiny_model_dir):
         procs[case[0]] = (case, proc, _snapshot(results), results)
     out = {}
     for name, (case, proc, before, results) in procs.items():
-        _, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=400)  # 12 interpreters started together on 2 cores
         out[name] = (case, proc.returncode, err, before, results)
     return out
 

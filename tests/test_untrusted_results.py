@@ -421,7 +421,7 @@ def test_relative_folders_and_model_path_in_a_cli_started_elsewhere(tmp_path, ti
     proc = subprocess.run(
         [sys.executable, "-m", "pspo_repro.train", "model=tiny", f"model.path={weights}", "dry_run=true"],
         cwd=cwd, env={**_relative_env(cwd, tmp_path), "PYTHONPATH": str(PROJECT)},
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"run folder: {tmp_path / 'results' / 'runs' / 'tiny' / 'pspo' / 'seed0'}\n" in proc.stdout
