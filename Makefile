@@ -1,6 +1,18 @@
 # The README's two set-up commands are `make mini` (the main job) and `make test`; both create .venv.
 PY := .venv/bin/python
-export PSPO_DATA_DIR ?= $(abspath ../shared/data)
+# Folders may be given relative (PSPO_DATA_DIR=../shared/data make test): made absolute here, once, so every
+# process a target starts, from whatever folder, sees the folder the user meant (pspo_repro does the same).
+PSPO_DATA_DIR ?= ../shared/data
+override PSPO_DATA_DIR := $(abspath $(PSPO_DATA_DIR))
+export PSPO_DATA_DIR
+ifneq ($(PSPO_RESULTS_DIR),)
+override PSPO_RESULTS_DIR := $(abspath $(PSPO_RESULTS_DIR))
+export PSPO_RESULTS_DIR
+endif
+ifneq ($(PSPO_LOG_DIR),)
+override PSPO_LOG_DIR := $(abspath $(PSPO_LOG_DIR))
+export PSPO_LOG_DIR
+endif
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1

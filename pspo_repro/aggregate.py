@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
-from pspo_repro.atomic import atomic_open, write_text
+from pspo_repro.atomic import write_set
 from pspo_repro.paths import PROJECT_ROOT, results_dir
 from pspo_repro.results_io import (
     ResultsError,
@@ -72,14 +72,19 @@ class Outputs:
 
 def validate(cfg: DictConfig) -> None:
     """Check options before touching any file, so a typo costs one line and writes nothing."""
+    from pspo_repro.cli import check_number
+
     try:
         check_ci_method(cfg.ci)
+        check_number("expected_seeds", cfg.expected_seeds, int, low=1)
+        for method, n in (cfg.expected_seeds_by_method or {}).items():
+            check_number(f"expected_seeds_by_method.{method}", n, int, low=1)
+        check_number("confidence", cfg.confidence, low=0, high=1, low_open=True, high_open=True)
+        check_number("main_temperature", cfg.main_temperature, low=0)
+        if cfg.ablation.get("step") is not None:
+            check_number("ablation.step", cfg.ablation.step, int, low=1)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if int(cfg.expected_seeds) < 1:
-        raise ConfigError(f"expected_seeds must be >= 1, got {cfg.expected_seeds}")
-    if not 0 < float(cfg.confidence) < 1:
-        raise ConfigError(f"confidence must be in (0, 1), got {cfg.confidence}")
     pairs = cfg.paired.pairs or []
     for pair in pairs:
         if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
@@ -112,7 +117,20 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
     """Main and temperature tables, temperature figures and the reproduction report."""
     from pspo_repro import plots, report
 
-    cells = load_eval_cells(root)
+    left_out: list[str] = []
+    cells = load_eval_cells(root, left_out)  # cells that fail their checks: named and left out
+    for line in left_out:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    outputs.messages += left_out
+    if cells.empty:
+        outputs.messages.append(
+            f"no valid evaluation cell under {root / 'eval'}: skipped the evaluation tables"
+        )
+        return
+    if "provisional" in cells:
+        for f, why in zip(cells["file"], cells["provisional"], strict=True):
+            if isinstance(why, str):
+                outputs.messages.append(f"provisional cell (checkpoint asked for by name): {f}: {why}")
     long = eval_long(cells)
     outputs.files[out / "long_eval.csv"] = long.drop(columns=["per_prompt"]).to_csv(index=False)
     outputs.messages += prompt_set_warnings(cells)
@@ -259,14 +277,19 @@ def summary_text(root: Path, out: Path, cfg: DictConfig, outputs: Outputs) -> st
     return "\n".join(lines) + "\n"
 
 
+# Extensions of aggregate's outputs: temp files of these names left by a kill are cleaned on the next run.
+OUTPUT_SUFFIXES = (".md", ".tex", ".csv", ".png", ".pdf", ".svg")
+
+
 def write_outputs(outputs: Outputs) -> None:
-    """Write every queued file atomically (text as UTF-8, figures as bytes)."""
-    for path, content in sorted(outputs.files.items()):
-        if isinstance(content, bytes):
-            with atomic_open(path, "wb") as fh:
-                fh.write(content)
-        else:
-            write_text(path, content)
+    """Write every queued file (text as UTF-8, figures as bytes) as one set per folder
+    (``atomic.write_set``): after a kill the folder holds the previous outputs or, once the next run
+    finishes the switch, the new ones, never half of each; stale temporaries of earlier kills are removed."""
+    by_folder: dict[Path, dict[Path, str | bytes]] = {}
+    for path, content in outputs.files.items():
+        by_folder.setdefault(Path(path).parent, {})[Path(path)] = content
+    for files in by_folder.values():
+        write_set(files, OUTPUT_SUFFIXES)
 
 
 def run(cfg: DictConfig) -> Outputs:
@@ -303,12 +326,18 @@ def run(cfg: DictConfig) -> Outputs:
 @hydra.main(version_base=None, config_path=str(PROJECT_ROOT / "conf"), config_name="aggregate")
 def _hydra_main(cfg: DictConfig) -> None:
     """CLI: a one-line error (file listings folded into it) and exit status 2 on invalid input or options."""
-    from pspo_repro.cli import fail
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pspo_repro.cli import fail, first_line
 
     try:
         outputs = run(cfg)
     except (ConfigError, ResultsError) as exc:
         fail(str(exc))
+    except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
+    except OSError as exc:  # a read-only or full out_dir: the message names the target (atomic.write_set)
+        fail(f"cannot write the outputs: {exc.strerror or exc}")
     summary = next(p for p in outputs.files if p.name == "summary.md")
     print(outputs.files[summary], end="")
 
@@ -316,7 +345,9 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Entry point of ``python -m pspo_repro.aggregate``: precheck the overrides, then run Hydra."""
     from pspo_repro.cli import precheck_overrides
+    from pspo_repro.paths import absolutize_args
 
+    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # relative folders: as the user meant them
     precheck_overrides(PROJECT_ROOT / "conf", "aggregate", sys.argv[1:])  # a typo in a key: one line
     _hydra_main()
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import re
+import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +22,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iter
     the exception is re-raised with the target path named.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # a read-only or missing folder: name the target, not the temp file
+        raise OSError(exc.errno, f"writing {path} failed: {exc.strerror or exc}", str(path)) from exc
     try:
         with os.fdopen(fd, mode, **kwargs) as fh:
             yield fh
@@ -48,3 +54,105 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_open(path, "w", encoding="utf-8") as fh:
         json.dump(obj, fh, indent=2, sort_keys=True)
         fh.write("\n")
+
+
+# ---------------------------------------------------------------- a set of files switched as one
+
+SET_JOURNAL = ".write-set.json"
+# A temp file of atomic_open (".<name>.<8 random>.tmp") and a staged file of write_set (".<name>.<id>.staged").
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp$")
+_STAGED_RE = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{12}\.staged$")
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder itself (no lock file is left among the outputs)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as exc:
+        raise OSError(exc.errno, f"writing into {folder} failed: {exc.strerror or exc}", str(folder)) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def recover_set(folder: str | os.PathLike, stale_suffixes: tuple[str, ...] = ()) -> list[str]:
+    """Finish a ``write_set`` that a kill interrupted while switching (its journal lists every staged file:
+    each one still there is moved into place), then delete stale temporaries left by kills: staged files and
+    ``atomic_open`` temp files of names ending in ``stale_suffixes``. Returns the names it changed. Call it
+    with the folder locked (``write_set`` does)."""
+    folder = Path(folder)
+    done = []
+    journal = folder / SET_JOURNAL
+    if journal.is_file():
+        try:
+            names = json.loads(journal.read_text(encoding="utf-8"))["files"]
+        except (OSError, ValueError, KeyError):
+            names = {}  # a torn journal: written atomically, so only a hand edit; nothing was switched
+        for name, staged in sorted(names.items()):
+            if (folder / staged).is_file():
+                os.replace(folder / staged, folder / name)
+                done.append(name)
+        journal.unlink()
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        m = _STAGED_RE.match(p.name) or _TMP_RE.match(p.name)
+        ours = m and (m.re is _STAGED_RE or m["name"] == SET_JOURNAL)
+        if m and p.is_file() and (ours or m["name"].endswith((*stale_suffixes, ".staged"))):
+            p.unlink()
+            done.append(p.name)
+    return done
+
+
+def write_set(files: dict[Path, str | bytes], stale_suffixes: tuple[str, ...] = ()) -> None:
+    """Write ``files`` (path -> text or bytes, all in one folder) so the folder holds either the previous
+    set or the new one as a whole, even under SIGKILL.
+
+    Each file is first written beside its target as a hidden staged file (atomically); then a journal
+    naming every staged file is written (atomically), the staged files are moved into place and the journal
+    is removed. A kill before the journal leaves the previous set (the staged files are stale temporaries);
+    a kill after it is finished by the next ``write_set`` or ``recover_set`` on the folder, which also
+    deletes stale temporaries. The folder is locked meanwhile, so two writers do not interleave.
+    """
+    if not files:
+        return
+    folders = {Path(p).parent for p in files}
+    if len(folders) != 1:
+        raise ValueError(f"write_set writes into one folder, got {sorted(map(str, folders))}")
+    (folder,) = folders
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, f"writing into {folder} failed: {exc.strerror or exc}", str(folder)) from exc
+    with _folder_lock(folder):
+        recover_set(folder, stale_suffixes)
+        run_id = secrets.token_hex(6)
+        staged: dict[str, str] = {}
+        try:
+            for path, content in sorted(files.items()):
+                path = Path(path)
+                stage = folder / f".{path.name}.{run_id}.staged"
+                try:
+                    if isinstance(content, bytes):
+                        with atomic_open(stage, "wb") as fh:
+                            fh.write(content)
+                    else:
+                        write_text(stage, content)
+                except OSError as exc:  # name the target, not the staged file
+                    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+                    raise OSError(
+                        exc.errno, f"writing {path} failed: {cause.strerror or cause}", str(path)
+                    ) from exc
+                staged[path.name] = stage.name
+        except BaseException:
+            for name in staged.values():  # an error (not a kill): the previous set stays, no temporaries
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(folder / name)
+            raise
+        write_json(folder / SET_JOURNAL, {"run_id": run_id, "files": staged})
+        try:
+            recover_set(folder, stale_suffixes)  # the switch itself: journal -> every file in place
+        except OSError as exc:
+            raise OSError(exc.errno, f"switching the outputs in {folder} failed: {exc.strerror or exc}; "
+                          "rerun to finish it", str(folder)) from exc  # fmt: skip

@@ -47,6 +47,32 @@ def fail(message: str) -> None:
     sys.exit(USAGE_EXIT)
 
 
+def check_number(key: str, value: Any, kind: type = float, *, low: float | None = None,
+                 high: float | None = None, low_open: bool = False, high_open: bool = False) -> Any:  # fmt: skip
+    """``value`` as a finite number of ``kind`` within the bounds, else UsageError naming the key, the value
+    and what is allowed. Hydra types ``expected_seeds=abc`` as a string and ``1.9`` as a float: both are
+    refused for an integer setting, as is infinity for any setting."""
+    import math
+
+    def show(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+    what = "an integer" if kind is int else "a number"
+    if low is not None or high is not None:
+        lo = "-inf" if low is None else show(low)
+        hi = "inf" if high is None else show(high)
+        what += f" in {'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (kind is not int or float(value).is_integer())
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise UsageError(f"{key} must be {what}, got {value!r}")
+    return int(value) if kind is int else float(value)
+
+
 def refuse_secret_args(argv: list[str]) -> None:
     """Fail when a command-line argument holds a credential's value: Hydra saves the overrides in its log
     folder and wandb records the command line, so the value would reach files that redaction never sees."""
@@ -95,18 +121,53 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
                     options = sorted(loader.get_group_options(key))
                     if value not in options:
                         return f"unknown {key} {value!r}; options: {', '.join(options)}"
-            compose(config_name=config_name, overrides=plain)
+            cfg = compose(config_name=config_name, overrides=plain)
+            for arg in plain:
+                if err := _added_key_error(arg, cfg, loader):
+                    return err
     except Exception as exc:  # Hydra/OmegaConf raise several types; all are bad input here
         msg = first_line(exc)
         cause = first_line(exc.__cause__)
         if cause and cause not in msg:
             msg = f"{msg.rstrip('.')}: {cause}"
         if "is not in struct" in msg:
-            msg += " (a typo? prefix the key with + to add a new one)"
+            msg += " (a typo? check the key's spelling against the config file)"
         return f"bad override: {msg}"
     finally:
         GlobalHydra.instance().clear()
     return None
+
+
+# Sections where ``+key=value`` may add a key: the method's parser names an unknown parameter itself.
+OPEN_SECTIONS = ("method",)
+
+
+def _added_key_error(arg: str, cfg: Any, loader: Any) -> str | None:
+    """One line when ``+a.b=value`` adds a key inside an existing section (``+eval.limt=3``): nothing reads
+    it, so the setting would be silently ignored. ``+group=choice`` (a config group), top-level
+    ``+note=...`` (kept in the stored config as an annotation) and ``++`` (force) are left alone."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
+        return None
+    key = arg[1:].split("=", 1)[0]
+    if (
+        "." not in key
+        or key.split(".")[0] in OPEN_SECTIONS
+        or loader.get_group_options(key.replace(".", "/"))
+    ):
+        return None
+    parent, leaf = key.rsplit(".", 1)
+    node = OmegaConf.select(cfg, parent)
+    known = sorted(k for k in (node.keys() if OmegaConf.is_dict(node) else []) if k != leaf)
+    close = difflib.get_close_matches(leaf, known, n=1)
+    hint = f"did you mean {parent}.{close[0]}? " if close else ""
+    return (
+        f"bad override {arg}: {key} is not a setting, so nothing would read it; {hint}"
+        f"settings under {parent}: {', '.join(known) or 'none'}"
+    )
 
 
 def compose_config(config_dir: Path, config_name: str, overrides: list[str], **kwargs: Any) -> Any:

@@ -85,10 +85,16 @@ def get_spec(name: str) -> DatasetSpec:
 # ---------------------------------------------------------------- gold-answer helpers
 
 
-def _field(row: dict[str, Any], key: str, source: str, line: int) -> Any:
+def _field(row: dict[str, Any], key: str, source: str, line: int, text: bool = True) -> Any:
+    """``row[key]``, present and non-blank; ``text``: it must be a string (a number or a list there is a
+    malformed row, named with its file and line, not a TypeError later)."""
     value = row.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
         raise DataError(f"{source}:{line}: row has no {key!r} field")
+    if text and not isinstance(value, str):
+        raise DataError(
+            f"{source}:{line}: {key!r} must be a string, got {type(value).__name__} {value!r:.40}"
+        )
     return value
 
 
@@ -166,7 +172,7 @@ def _math_row(prefix: str, skip_unanswered: bool = False) -> RowFn:
 def _svamp_row(row: dict[str, Any], source: str, line: int) -> Problem:
     body = _field(row, "Body", source, line)
     question = _field(row, "Question", source, line)
-    answer = _field(row, "Answer", source, line)
+    answer = _field(row, "Answer", source, line, text=False)
     rid = row.get("ID") or f"line{line}"
     return Problem(
         f"svamp/{rid}",
@@ -189,7 +195,7 @@ def _svamp_paper_row(row: dict[str, Any], source: str, line: int) -> Problem:
 def _asdiv_row(row: dict[str, Any], source: str, line: int) -> Problem:
     body = _field(row, "body", source, line)
     question = _field(row, "question", source, line)
-    raw = str(_field(row, "answer", source, line))
+    raw = str(_field(row, "answer", source, line, text=False))
     rid = row.get("idx", row.get("id", line - 1))
     m = _ASDIV_NUM.match(raw)
     # "9 (apples)" -> numeric 9. About 6% of ASDiv answers (123 of 2215) are not numbers ("Yes", "3:30 p.m.",
@@ -350,8 +356,12 @@ register_dataset(
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line_number, row)`` for each non-blank line; a malformed line names the file and line."""
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
             if not line.strip():
                 continue
             try:

@@ -32,6 +32,14 @@ from pspo_repro.data import DataError, Problem, get_spec, load_benchmark
 from pspo_repro.paths import PROJECT_ROOT, results_dir
 from pspo_repro.provenance import git_sha, package_versions
 from pspo_repro.redact import redact
+from pspo_repro.safe_paths import (
+    UnsafePathError,
+    check_name,
+    check_seed,
+    ensure_under,
+    results_path,
+    seed_folder,
+)
 from pspo_repro.stats import majority_vote
 
 log = logging.getLogger(__name__)
@@ -89,6 +97,34 @@ def _check_checkpoint(folder: Path) -> None:
             raise EvalError(f"checkpoint {folder}: {why}")
 
 
+def _check_finished(info: dict[str, Any], info_path: Path, folder: Path, by_name: bool) -> None:
+    """An unfinished run or a checkpoint without its completion marker is refused (its best checkpoint can
+    still change, or its save was cut short), unless the checkpoint was named with ``checkpoint=``: then
+    one warning line, and the cells record why they are provisional."""
+    from pspo_repro.run_dir import COMPLETE_MARKER
+
+    problems = []
+    if info.get("status") != "finished":
+        problems.append(
+            f"the run is {info.get('status', 'of unknown status')!r}, not 'finished' ({info_path})"
+        )
+    if not (folder / COMPLETE_MARKER).is_file():
+        problems.append(f"{folder} has no {COMPLETE_MARKER} (its save may have been cut short)")
+    if not problems:
+        return
+    if not by_name:
+        raise EvalError(
+            f"{'; '.join(problems)}: refusing to write final-looking results; wait for the run to finish, "
+            f"or name a checkpoint with checkpoint=<folder> to evaluate it anyway"
+        )
+    PROVISIONAL[str(folder.resolve())] = "; ".join(problems)
+    print(f"warning: evaluating {folder} as asked by name, although {'; '.join(problems)}", file=sys.stderr)
+
+
+# Checkpoints evaluated although unfinished (named with checkpoint=): resolved path -> why (in their cells).
+PROVISIONAL: dict[str, str] = {}
+
+
 def resolve_target(cfg: Any) -> Target:
     """The model/checkpoint to evaluate and its result identity, from ``run=`` or ``model=``."""
     if cfg.run and cfg.model_ref:
@@ -108,26 +144,43 @@ def resolve_target(cfg: Any) -> Target:
         if not info_path.is_file():
             raise EvalError(f"{info_path} not found: not a training run folder")
         try:
-            info = json.loads(info_path.read_text())
+            info = json.loads(info_path.read_bytes().decode("utf-8"))
         except json.JSONDecodeError as exc:
             raise EvalError(f"{info_path}: malformed JSON ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise EvalError(f"{info_path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        if not isinstance(info, dict):
+            raise EvalError(f"{info_path}: expected a JSON object, got {type(info).__name__}")
         missing = [k for k in ("model", "method", "seed") if info.get(k) is None]
         if missing:
             raise EvalError(f"{info_path}: missing field(s) {', '.join(missing)}")
         ckpt = cfg.checkpoint or info.get("best_checkpoint")
         if not ckpt:
             raise EvalError(f"{info_path} has no best_checkpoint; pass checkpoint=<folder>")
+        if not isinstance(ckpt, str):
+            raise EvalError(f"{info_path}: best_checkpoint must be a folder name, got {ckpt!r}")
         folder = Path(str(ckpt)).expanduser()
         folder = folder if folder.is_absolute() else run_dir / folder
+        try:
+            # Results are filed under the run's identity: only a checkpoint of that run may carry it.
+            source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
+            ensure_under(run_dir, folder, source)
+        except UnsafePathError as exc:
+            raise EvalError(f"{exc}, the run folder; evaluate another model as model=<folder>") from None
         _check_checkpoint(folder)
-        return Target(
-            str(info["model"]),
-            str(info["method"]),
-            int(info["seed"]),
-            str(info.get("tag") or ""),
-            str(run_dir),
-            str(folder.resolve()),
-        )
+        try:  # run.json is a file on disk: its names are untrusted like any other (safe_paths)
+            target = Target(
+                check_name(f"model in {info_path}", info["model"]),
+                check_name(f"method in {info_path}", info["method"]),
+                check_seed(f"seed in {info_path}", info["seed"]),
+                check_name(f"tag in {info_path}", info["tag"]) if info.get("tag") else "",
+                str(run_dir),
+                str(folder.resolve()),
+            )
+        except UnsafePathError as exc:
+            raise EvalError(str(exc)) from None
+        _check_finished(info, info_path, folder, by_name=bool(cfg.checkpoint))
+        return target
     if not cfg.model_ref:
         raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
     if cfg.checkpoint:
@@ -169,10 +222,18 @@ def resolve_target(cfg: Any) -> Target:
     path = Path(name).expanduser()
     if path.exists():
         _check_checkpoint(path)
-        return Target(path.resolve().name, "baseline", 0, "", None, str(path.resolve()))
+        try:
+            label = check_name(f"model={name} (its folder name names the results)", path.resolve().name)
+        except UnsafePathError as exc:
+            raise EvalError(str(exc)) from None
+        return Target(label, "baseline", 0, "", None, str(path.resolve()))
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise EvalError(f"model path not found: {name}")
-    return Target(name.split("/")[-1], "baseline", 0, "", None, name)  # a hub id
+    try:
+        label = check_name(f"model={name}", name.split("/")[-1])
+    except UnsafePathError as exc:
+        raise EvalError(str(exc)) from None
+    return Target(label, "baseline", 0, "", None, name)  # a hub id
 
 
 def _number(key: str, value: Any, kind: type = float) -> Any:
@@ -231,9 +292,15 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
 
 
 def eval_dir(target: Target, dataset: str) -> Path:
-    """``results/eval/{model}/{method}/seed{seed}[-tag]/{dataset}/``."""
-    seed_dir = f"seed{target.seed}" + (f"-{target.tag}" if target.tag else "")
-    return results_dir() / "eval" / target.model / target.method / seed_dir / dataset
+    """``results/eval/{model}/{method}/seed{seed}[-tag]/{dataset}/``: every component checked by
+    ``safe_paths``' name rule and the folder proven to lie under ``results/eval`` (UnsafePathError)."""
+    return results_path(
+        results_dir() / "eval",
+        ("model", target.model),
+        ("method", target.method),
+        ("seed folder", seed_folder(target.seed, target.tag)),
+        ("dataset", dataset),
+    )
 
 
 def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
@@ -334,12 +401,17 @@ def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[s
     """
     if not path.is_file():
         return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:  # damaged bytes: like a torn line, that record is redone
+            lines.append("")
     try:
         first = json.loads(lines[0]) if lines else None
     except json.JSONDecodeError:
         first = None
-    if not first or first.get("header") != header:
+    if not isinstance(first, dict) or first.get("header") != header:
         log.warning("%s: written under other settings or unreadable; starting this cell afresh", path)
         path.unlink()
         return {}
@@ -349,7 +421,7 @@ def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[s
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue  # only the last line can be torn: we append whole lines and fsync each chunk
-        if rec.get("id") in wanted and rec["id"] not in done:
+        if isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in done:
             done[rec["id"]] = rec
     return done
 
@@ -423,7 +495,14 @@ def _header(
 
 
 def _final_matches(path: Path, header: dict[str, Any]) -> bool:
-    existing = json.loads(path.read_text())
+    try:
+        existing = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvalError(
+            f"{path}: unreadable result file ({exc}); delete it to evaluate the cell again"
+        ) from None
+    if not isinstance(existing, dict):
+        raise EvalError(f"{path}: not a result file (a JSON {type(existing).__name__}); delete it")
     differing = [k for k, v in header.items() if existing.get(k) != v]
     if differing:
         raise EvalError(
@@ -447,7 +526,10 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
 
     cells: list[Cell] = []
     for name, problems in problems_by_ds.items():
-        folder = eval_dir(target, name)
+        try:
+            folder = eval_dir(target, name)
+        except UnsafePathError as exc:
+            raise EvalError(str(exc)) from None
         for t in temps:
             paths = cell_paths(folder, t)
             header = _header(target, cfg, name, problems, t, backend_name)
@@ -584,6 +666,8 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
         "per_prompt": per_prompt,
         "metrics": cell_metrics(per_prompt),
     }
+    if target.checkpoint in PROVISIONAL:  # asked for by name (checkpoint=) although unfinished
+        result["provisional"] = PROVISIONAL[target.checkpoint]
     write_json(c.paths["json"], result)
     c.paths["partial"].unlink(missing_ok=True)
     log.info("wrote %s", c.paths["json"])
@@ -633,12 +717,25 @@ def _hydra_main() -> None:
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
     def _run(cfg: Any) -> None:
+        from omegaconf.errors import OmegaConfBaseException
+
+        from pspo_repro.cli import fail, first_line
+
         try:
             evaluate(cfg)
         except (EvalError, DataError) as exc:
-            from pspo_repro.cli import fail
-
             fail(str(exc))
+        except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+            fail(f"bad config value: {first_line(exc)}")
+        except OSError as exc:
+            import errno
+
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A read-only or full results folder: one line naming what could not be written.
+            fail(
+                f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+            )
 
     _run()
 
@@ -672,7 +769,9 @@ def main() -> None:
         _precheck_argv(sys.argv[1:])
     except EvalError as exc:
         fail(str(exc))
-    sys.argv = [sys.argv[0], *rewrite_overrides(sys.argv[1:])]
+    from pspo_repro.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(rewrite_overrides(sys.argv[1:]))]
     precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
     _hydra_main()
 

@@ -26,3 +26,45 @@ def data_dir() -> Path | None:
     """The offline data folder from ``PSPO_DATA_DIR`` (layout of ``../shared/data/README.md``), or None."""
     value = os.environ.get("PSPO_DATA_DIR")
     return Path(value).expanduser().resolve() if value else None
+
+
+# Folders users give as environment variables: made absolute once, in the process the user started.
+PATH_ENV_VARS = ("PSPO_DATA_DIR", "PSPO_RESULTS_DIR", "PSPO_LOG_DIR", "PSPO_CACHE_DIR")
+
+
+def absolutize_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Make relative ``PATH_ENV_VARS`` absolute (against the current folder) in ``environ`` (default:
+    ``os.environ``), so every child process, whatever its working folder, sees the same folder the user
+    meant (``PSPO_DATA_DIR=../shared/data make test``). Runs when ``pspo_repro`` is imported. Returns the
+    variables it changed."""
+    env = os.environ if environ is None else environ
+    changed = {}
+    for key in PATH_ENV_VARS:
+        value = env.get(key)
+        if value and not os.path.isabs(os.path.expanduser(value)):
+            env[key] = changed[key] = os.path.abspath(os.path.expanduser(value))
+    return changed
+
+
+# Command-line settings that name a local folder: made absolute before Hydra sees them, so a launcher job
+# (Slurm, another working folder) and the stored overrides name the folder the user meant.
+PATH_ARGS = ("model.path", "model_path", "paths.results_dir", "paths.log_dir", "results_dir", "out_dir")
+
+
+def absolutize_args(argv: list[str], keys: tuple[str, ...] = PATH_ARGS) -> list[str]:
+    """``argv`` with relative folder values of ``keys`` (``model.path=../w``) made absolute; a
+    ``model.tokenizer`` that starts with ``.`` or ``~`` too (otherwise it may be a hub id)."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        bare = key.lstrip("+~")
+        local_tokenizer = bare == "model.tokenizer" and value.startswith((".", "~"))
+        if sep and (bare in keys or local_tokenizer) and value not in ("", "null"):
+            if any(c in value for c in "$,()[]"):  # interpolations and sweeps: left to Hydra
+                out.append(arg)
+                continue
+            expanded = os.path.expanduser(value)
+            if not os.path.isabs(expanded):
+                arg = f"{key}={os.path.abspath(expanded)}"
+        out.append(arg)
+    return out

@@ -9,6 +9,7 @@ result that is malformed, duplicated or inconsistent with its neighbours raises
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ class ResultsError(ValueError):
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
         raise ResultsError(f"{path}: cannot read JSON ({exc})") from exc
     if not isinstance(obj, dict):
         raise ResultsError(f"{path}: expected a JSON object, got {type(obj).__name__}")
@@ -64,8 +65,99 @@ def _counts(cell: dict[str, Any], field: str, metric: str, path: Path) -> tuple[
     return int(round(float(cell["metrics"][metric]) * total)), total
 
 
-def load_eval_cells(root: Path) -> pd.DataFrame:
-    """One row per evaluation cell file: identity, settings, file path and raw metrics dict."""
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# Metrics that are fractions of samples or prompts (accuracies, majority votes, pass@k, maj@k): in [0, 1].
+_RATE_RE = re.compile(r"acc|maj|pass@")
+# Tolerance when a stored metric is compared with the value recomputed from its per-prompt records.
+_RECOMPUTE_TOL = 1e-9
+
+
+def cell_problem(cell: dict[str, Any]) -> str | None:
+    """Why an evaluation cell read back from disk must not reach a table (None: it may).
+
+    The file is untrusted (hand-edited, written by another version): settings must have their types and
+    ranges, every per-prompt record its counts in range (``0 <= correct <= n <= n_samples``), one record per
+    prompt (``num_prompts``), and the core metrics (``reward_acc``, ``true_acc``, the majority votes,
+    ``*pass@k``) must equal what the per-prompt records give. Extra per-prompt fields and metric keys are
+    tolerated (newer metrics are added over time); a rate-like one (``acc``/``maj``/``pass@`` in its name)
+    must still be a finite number in [0, 1].
+    """
+    from pspo_repro.stats import pass_at_k
+
+    for key in ("model", "method", "dataset"):
+        if not isinstance(cell.get(key), str) or not cell[key]:
+            return f"{key} must be a non-empty string, got {cell.get(key)!r}"
+    if cell.get("tag") is not None and not isinstance(cell["tag"], str):
+        return f"tag must be a string, got {cell['tag']!r}"
+    if not _is_int(cell["seed"]) or cell["seed"] < 0:
+        return f"seed must be a non-negative integer, got {cell['seed']!r}"
+    if not _is_num(cell["temperature"]) or cell["temperature"] < 0:
+        return f"temperature must be a finite number >= 0, got {cell['temperature']!r}"
+    for key in ("n_samples", "num_prompts", "max_new_tokens"):
+        if not _is_int(cell[key]) or cell[key] < 1:
+            return f"{key} must be a positive integer, got {cell[key]!r}"
+    if not _is_num(cell["top_p"]) or not 0 < cell["top_p"] <= 1:
+        return f"top_p must be in (0, 1], got {cell['top_p']!r}"
+    metrics = cell["metrics"]
+    if not isinstance(metrics, dict):
+        return f"metrics must be an object, got {type(metrics).__name__}"
+    for name, value in metrics.items():
+        if _RATE_RE.search(name) and not (_is_num(value) and 0 <= value <= 1):
+            return f"metric {name}={value!r} is not a fraction in [0, 1]"
+    rows = cell.get("per_prompt")
+    if rows is None:
+        return None  # nothing to recompute from: the ranges above are all that can be checked
+    if not isinstance(rows, list) or len(rows) != cell["num_prompts"]:
+        got = len(rows) if isinstance(rows, list) else type(rows).__name__
+        return f"num_prompts={cell['num_prompts']!r} but per_prompt holds {got} records"
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            return f"per_prompt[{i}] is not an object"
+        n = r.get("n")
+        if not _is_int(n) or not 1 <= n <= cell["n_samples"]:
+            return f"per_prompt[{i}] n={n!r} is not an integer in [1, n_samples={cell['n_samples']}]"
+        for field in ("reward_correct", "true_correct", "authors_correct"):
+            c = r.get(field)
+            if field in r and (not _is_int(c) or not 0 <= c <= n):
+                return f"per_prompt[{i}] {field}={c!r} is not an integer in [0, n={n}]"
+        for field in ("reward_maj", "true_maj"):
+            if field in r and r[field] not in (0, 1):
+                return f"per_prompt[{i}] {field}={r[field]!r} is not 0 or 1"
+    for metric, field in (*COUNT_METRICS.items(), ("reward_maj", "reward_maj"), ("true_maj", "true_maj")):
+        if metric not in metrics or not all(field in r for r in rows):
+            continue
+        if metric in COUNT_METRICS:
+            expect = sum(r[field] for r in rows) / sum(r["n"] for r in rows)
+        else:
+            expect = sum(r[field] for r in rows) / len(rows)
+        if abs(metrics[metric] - expect) > _RECOMPUTE_TOL:
+            return f"metric {metric}={metrics[metric]!r} but its per-prompt records give {expect:.6g}"
+    for name, value in metrics.items():
+        m = re.fullmatch(r"(reward|true|authors)_pass@(\d+)", name)
+        if not m or not all(f"{m[1]}_correct" in r for r in rows):
+            continue
+        k = int(m[2])
+        if k > min(r["n"] for r in rows):
+            return f"metric {name} needs {k} samples per prompt, some prompts have fewer"
+        expect = sum(pass_at_k(r["n"], r[f"{m[1]}_correct"], k) for r in rows) / len(rows)
+        if abs(value - expect) > _RECOMPUTE_TOL:
+            return f"metric {name}={value!r} but its per-prompt records give {expect:.6g}"
+    return None
+
+
+def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFrame:
+    """One row per evaluation cell file: identity, settings, file path and raw metrics dict.
+
+    A cell that fails ``cell_problem`` never reaches a table: with ``left_out`` given, one line naming the
+    file and the reason is appended to it and the cell is skipped; without, ResultsError.
+    """
     rows = []
     for path in eval_files(root):
         cell = _read_json(path)
@@ -75,6 +167,12 @@ def load_eval_cells(root: Path) -> pd.DataFrame:
             raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}")
         if cell.get("schema_version", 1) != 1:
             raise ResultsError(f"{path}: unsupported schema_version {cell.get('schema_version')!r}")
+        why = cell_problem(cell)
+        if why is not None:
+            if left_out is None:
+                raise ResultsError(f"{path}: {why}")
+            left_out.append(f"{path}: {why}; left out of every table")
+            continue
         row = {k: cell.get(k) for k in (*CELL_KEYS, *MATCH_SETTINGS)}
         row["tag"] = row["tag"] or ""
         row["seed"] = int(row["seed"])
@@ -82,6 +180,7 @@ def load_eval_cells(root: Path) -> pd.DataFrame:
         row["file"] = str(path)
         row["metrics"] = cell["metrics"]
         row["per_prompt"] = cell.get("per_prompt") or []  # for ci=bootstrap and paired comparisons
+        row["provisional"] = cell.get("provisional")  # evaluate: a checkpoint asked for by name, unfinished
         for metric, field in COUNT_METRICS.items():
             if metric in cell["metrics"]:
                 row[f"{metric}__correct"], row[f"{metric}__total"] = _counts(cell, field, metric, path)
@@ -168,7 +267,10 @@ def find_param(config: dict[str, Any], keys: Iterable[str]) -> Any:
 
 
 def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read ({exc})") from None
     rows = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -206,7 +308,12 @@ def load_runs(
         ident = {k: info.get(k, fallback[k]) for k in ("model", "method", "seed", "tag")}
         if any(ident[k] is None for k in ("model", "method", "seed")):
             raise ResultsError(f"{run_dir}: cannot tell model/method/seed (no run.json, unexpected layout)")
-        ident["seed"], ident["tag"] = int(ident["seed"]), ident["tag"] or ""
+        seed = ident["seed"]
+        if isinstance(seed, bool) or not (
+            isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit())
+        ):
+            raise ResultsError(f"{run_dir / 'run.json'}: seed must be a non-negative integer, got {seed!r}")
+        ident["seed"], ident["tag"] = int(seed), ident["tag"] or ""
         run = {**ident, "status": info.get("status", "unknown"), "run_dir": str(run_dir)}
         for column, keys in (param_keys or {}).items():
             run[column] = find_param(info.get("config", {}), keys)

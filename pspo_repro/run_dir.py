@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.atomic import write_json, write_text
 from pspo_repro.paths import results_dir
 from pspo_repro.redact import redact
+from pspo_repro.safe_paths import check_name, results_path, seed_folder
 
 # Trainer keys that change how a run is observed or stored, not what it learns: never in the tag, and
 # ignored when checking that a folder's stored config matches the command that reopens it.
@@ -66,10 +67,20 @@ def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
 
 
 def run_folder(cfg: DictConfig, tag: str) -> Path:
-    """``<results>/runs/{model}/{method}/seed{seed}[-{tag}]`` (``paths.results_dir`` wins if set)."""
+    """``<results>/runs/{model}/{method}/seed{seed}[-{tag}]`` (``paths.results_dir`` wins if set).
+
+    Every component passes ``safe_paths``' one name rule (``run_tag=x/../..`` or a secret from an
+    ``${oc.env:...}`` is refused with UnsafePathError) and the folder is proven to lie under ``runs/``.
+    """
     root = Path(cfg.paths.results_dir) if cfg.paths.get("results_dir") else results_dir()
-    suffix = f"-{tag}" if tag else ""
-    return root / "runs" / cfg.model.name / cfg.method.name / f"seed{cfg.seed}{suffix}"
+    if cfg.get("run_tag"):
+        check_name("run_tag", str(cfg.run_tag), max_len=100)
+    return results_path(
+        root / "runs",
+        ("model.name", cfg.model.name),
+        ("method.name", cfg.method.name),
+        ("seed folder", seed_folder(cfg.seed, tag)),
+    )
 
 
 def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:

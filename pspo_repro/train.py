@@ -11,8 +11,10 @@ once). With several processes (``accelerate launch``) only the main one writes r
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
+import math
 import os
 import sys
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from pspo_repro.cli import UsageError, fail, first_line
 from pspo_repro.provenance import git_sha, package_versions
@@ -33,8 +36,11 @@ from pspo_repro.run_dir import (
     truncate_metrics,
     write_run_json,
 )
+from pspo_repro.safe_paths import UnsafePathError
 
 log = logging.getLogger("pspo_repro.train")
+# A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
+WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 # Config groups a user picks by name on the command line (group=choice).
 CHOICE_GROUPS = (
@@ -201,14 +207,20 @@ def validate(cfg: DictConfig):
 
 def _num(key: str, value: Any, kind: type = float, *, low: float, high: float | None = None,
          low_open: bool = False, null: bool = False) -> None:  # fmt: skip
-    """``value`` must be a number of ``kind`` in the range given (or null when ``null``), else UsageError."""
-    rng = f"{'(' if low_open else '['}{low:g}, {'inf)' if high is None else f'{high:g}]'}"
+    """``value`` must be a finite number of ``kind`` in the range given (or null when ``null``), else
+    UsageError naming the key, the value and the range. Infinity is not a number for any setting; an integer
+    setting takes an integer (Hydra reads ``seed=abc`` or ``trainer.max_steps=abc`` as a string)."""
+
+    def show(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+    rng = f"{'(' if low_open else '['}{show(low)}, {'inf)' if high is None else f'{show(high)}]'}"
     what = f"{'an integer' if kind is int else 'a number'} in {rng}" + (" or null" if null else "")
     if value is None:
         if null:
             return
         raise UsageError(f"{key} must be {what}, got null")
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if ok and kind is int:
         ok = float(value).is_integer()
     if ok:
@@ -222,6 +234,7 @@ def validate_trainer(cfg: DictConfig) -> None:
     from pspo_repro.prompts import TEMPLATES
 
     t = cfg.trainer
+    _num("seed", cfg.get("seed"), int, low=0, high=2**32 - 1)  # numpy's and torch's seed range
     _num("trainer.learning_rate", t.learning_rate, low=0, low_open=True)
     _num("trainer.temperature", t.temperature, low=0, low_open=True)
     _num("trainer.top_p", t.top_p, low=0, high=1, low_open=True)
@@ -233,6 +246,18 @@ def validate_trainer(cfg: DictConfig) -> None:
         _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
     _num("trainer.save_steps", t.save_steps, int, low=1)
     _num("trainer.token_budget", t.token_budget, int, low=1, null=True)
+    _num("trainer.max_steps", t.get("max_steps"), int, low=-1, null=True)  # <= 0: num_train_epochs decides
+    _num("trainer.num_train_epochs", t.get("num_train_epochs"), low=0, null=True)
+    _num("trainer.warmup_steps", t.get("warmup_steps", 0), int, low=0)
+    _num("trainer.weight_decay", t.get("weight_decay", 0.0), low=0)
+    _num("trainer.max_grad_norm", t.get("max_grad_norm"), low=0, null=True)
+    _num("trainer.logging_steps", t.get("logging_steps", 1), int, low=1)
+    for key in ("eval_limit", "stop_after_step", "save_total_limit", "num_generations_eval"):
+        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
+    _num("trainer.vllm_gpu_memory_utilization", t.get("vllm_gpu_memory_utilization", 0.3), low=0, high=1,
+         low_open=True)  # fmt: skip
+    _num("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
+    _num("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
     if t.vllm_mode not in ("colocate", "server"):
         raise UsageError(f"trainer.vllm_mode must be colocate or server, got {t.vllm_mode!r}")
     if cfg.data.prompt_template not in TEMPLATES:
@@ -251,6 +276,20 @@ def validate_trainer(cfg: DictConfig) -> None:
         if value and (key == "path" or str(value).startswith(("/", ".", "~"))):
             if not Path(str(value)).expanduser().is_dir():
                 raise UsageError(f"model.{key}={value} is not a folder (a local model folder is expected)")
+    if cfg.model.get("path"):
+        # Weights load as safetensors only: a folder with a pickled checkpoint is refused here, before
+        # the run folder exists, not as a traceback from from_pretrained after run.json says "running".
+        from pspo_repro.run_dir import _safetensors_problem
+
+        folder = Path(str(cfg.model.path)).expanduser()
+        shards = sorted(folder.glob("*.safetensors"))
+        if not shards:
+            raise UsageError(
+                f"model.path={cfg.model.path} has no *.safetensors weights (pickled weights are not loaded)"
+            )
+        for shard in shards:
+            if why := _safetensors_problem(shard):
+                raise UsageError(f"model.path={cfg.model.path}: {why}")
 
 
 def load_data(cfg: DictConfig):
@@ -467,7 +506,10 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     method = validate(cfg)
     train_rows, val_rows = load_data(cfg)
     tag = tag_from_overrides(cfg, overrides)
-    folder = run_folder(cfg, tag)
+    try:
+        folder = run_folder(cfg, tag)
+    except UnsafePathError as exc:
+        raise UsageError(str(exc)) from None
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("per_method", None)
     resolved.pop("per_method_as_run", None)
@@ -546,6 +588,15 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     }
     if main_process:
         write_run_json(folder, record)
+
+        def mark_failed(exc_type, exc, _tb) -> None:
+            # An exception past this point (not a kill) must not leave run.json saying "running".
+            if exc_type is not None and issubclass(exc_type, Exception):
+                write_run_json(
+                    folder, {**record, "status": "failed", "error": first_line(exc) or exc_type.__name__}
+                )
+
+        locks.push(mark_failed)
     if resume and (spent := _spent_budget_state(resume, t.token_budget)):
         # Killed after the budget's final checkpoint but before run.json said finished: training again
         # would add a step past the budget. The checkpoint's trainer state is the run's end.
@@ -629,10 +680,22 @@ def _task(cfg: DictConfig) -> None:
         run(cfg)
     except UsageError as exc:  # one line and exit 2; a launcher job (Slurm) raises it
         fail(str(exc))
+    except OmegaConfBaseException as exc:  # e.g. run_tag=${oc.env:UNSET}: resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        # A read-only or full results folder: name the target, not Python's stack.
+        fail(
+            f"cannot write {exc.filename or 'the run folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+        )
 
 
 def main() -> None:
     """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups/keys, then Hydra."""
+    from pspo_repro.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # model.path=../w: the folder the user meant
     try:
         check_group_choices(sys.argv[1:])
     except UsageError as exc:

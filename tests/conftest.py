@@ -17,6 +17,12 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "PSPO_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
     os.environ["PSPO_DATA_DIR"] = str(SHARED_DATA)
 
+# A relative PSPO_DATA_DIR (PSPO_DATA_DIR=../shared/data make test) means the folder seen from where pytest
+# started; tests run commands from other folders, so make it absolute now (as importing pspo_repro does).
+from pspo_repro.paths import absolutize_env  # noqa: E402
+
+absolutize_env()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():

@@ -287,18 +287,19 @@ def test_failed_write_keeps_previous_file(tree, cfg_for, monkeypatch):
     real_write = atomic.write_text
 
     def failing_write(path, text):
-        if Path(path) == target:
+        if Path(path).name.startswith(f".{target.name}."):  # its staged copy (atomic.write_set)
             with atomic.atomic_open(path, "w", encoding="utf-8") as fh:
                 fh.write(text[:10])  # half the file, then the disk "fills up"
                 raise OSError(28, "No space left on device")
         return real_write(path, text)
 
-    monkeypatch.setattr(aggregate, "write_text", failing_write)
+    monkeypatch.setattr(atomic, "write_text", failing_write)
     with pytest.raises(OSError) as err:
         aggregate.run(cfg)
     assert str(target) in str(err.value)
     assert target.read_text() == before
     assert not list(target.parent.glob(".main_true_acc.md.*"))  # no temp file left behind
+    assert not list(target.parent.glob(".*"))  # nor any other output's staged copy: the old set, whole
 
 
 def _cli(*args, cwd):

@@ -72,6 +72,62 @@ def _cell(results: Path, seed: int, **over) -> None:
     _write(results / "eval" / "tiny" / "pspo" / f"seed{seed}" / "gsm8k" / "T0.0.json", json.dumps(cell))
 
 
+def _finished_run(results: Path, tiny: Path, marker: bool = True, **info) -> Path:
+    """A run folder with a real (tiny) best checkpoint, its completion marker and run.json ``info``."""
+    run = _run_folder(results, ckpt_files={n: tiny / n for n in (
+        "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors")})  # fmt: skip
+    if marker:
+        (run / "checkpoint-4" / "pspo_complete.json").write_text('{"files": {}}')
+    record = {"model": "tiny", "method": "pspo", "seed": 0, "tag": "", "best_checkpoint": "checkpoint-4",
+              "status": "finished", **info}  # fmt: skip
+    (run / "run.json").write_text(json.dumps(record))
+    return run
+
+
+def setup_run_model_escape(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, model="../../../../escaped_model"))}
+
+
+def setup_run_seed_text(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, seed="abc"))}
+
+
+def setup_run_running(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, status="running"))}
+
+
+def setup_run_no_marker(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, marker=False))}
+
+
+def setup_run_outside_ckpt(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny)), "TINY": str(tiny)}
+
+
+def setup_model_bad_name(tmp, results, tiny):
+    folder = tmp / "my@model:v2"
+    shutil.copytree(tiny, folder)
+    return {"FOLDER": str(folder)}
+
+
+def setup_pickle_model_path(tmp, results, tiny):
+    folder = tmp / "pickled"
+    _write(folder / "config.json", (tiny / "config.json").read_text())
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    return {"FOLDER": str(folder)}
+
+
+def setup_secret_env(tmp, results, tiny):
+    return {"__env__": {"HF_TOKEN": "hf_0123456789abcdef"}}
+
+
+def setup_non_utf8_cell(tmp, results, tiny):
+    _cell(results, 0)
+    path = results / "eval" / "tiny" / "pspo" / "seed0" / "gsm8k" / "T0.0.json"
+    path.write_bytes(path.read_bytes().replace(b'"paper"', b'"pa\xffper"'))
+    return {}
+
+
 def setup_mixed(tmp, results, tiny):
     _cell(results, 0)
     _cell(results, 1, max_new_tokens=64)  # the seeds of one cell were evaluated differently
@@ -169,10 +225,48 @@ CASES = [
     ("agg-duplicate-cells", "aggregate", ["results_dir={RESULTS}"], setup_duplicate, None, ["duplicate results", "seed0-copy"]),
     ("agg-torn-cell", "aggregate", ["results_dir={RESULTS}"], setup_torn_cell, None, ["T0.0.json", "cannot read JSON"]),
     ("agg-empty-tree", "aggregate", ["results_dir={RESULTS}"], setup_empty_tree, None, ["no results found", "eval/**/*.json"]),
-    ("agg-expected-seeds", "aggregate", ["results_dir={RESULTS}", "expected_seeds=0"], setup_mixed, None, ["expected_seeds", ">= 1", "0"]),
+    ("agg-expected-seeds", "aggregate", ["results_dir={RESULTS}", "expected_seeds=0"], setup_mixed, None, ["expected_seeds", "[1, inf)", "0"]),
     ("agg-confidence", "aggregate", ["results_dir={RESULTS}", "confidence=1.5"], setup_mixed, None, ["confidence", "(0, 1)", "1.5"]),
     ("agg-curves-x", "aggregate", ["results_dir={RESULTS}", "curves.x=epoch"], setup_mixed, None, ["curves.x", "num_tokens, step", "'epoch'"]),
     ("agg-typo-key", "aggregate", ["results_dir={RESULTS}", "expected_seed=3"], setup_mixed, None, ["expected_seed", "not in struct"]),
+    # --- issue 19, class 1: names that become paths (one rule, safe_paths.check_name)
+    ("train-run-tag-escape", "train", ["model=tiny", "run_tag=x/../../../../../escaped"], None, None, ["run_tag='x/../../../../../escaped'", "cannot name a results folder", "A-Z a-z 0-9"]),
+    ("train-run-tag-nested", "train", ["model=tiny", "run_tag=a/b"], None, None, ["run_tag='a/b'", "cannot name a results folder"]),
+    ("train-run-tag-dotdot", "train", ["model=tiny", "run_tag=.."], None, None, ["run_tag='..'", "starting with a letter or digit"]),
+    ("train-run-tag-secret", "train", ["model=tiny", "run_tag=${{oc.env:HF_TOKEN}}"], setup_secret_env, None, ["run_tag holds the value of HF_TOKEN", "credential"]),
+    ("train-run-tag-unset-env", "train", ["model=tiny", "run_tag=${{oc.env:PSPO_NO_SUCH_VARIABLE}}"], None, None, ["bad config value", "PSPO_NO_SUCH_VARIABLE", "not found"]),
+    ("eval-runjson-model-escape", "evaluate", ["run={RUN}"], setup_run_model_escape, None, ["model in ", "run.json='../../../../escaped_model'", "cannot name a results folder"]),
+    ("eval-runjson-seed-text", "evaluate", ["run={RUN}"], setup_run_seed_text, None, ["seed in ", "'abc'", "[0, 4294967295]"]),
+    ("eval-checkpoint-outside-run", "evaluate", ["run={RUN}", "checkpoint={TINY}"], setup_run_outside_ckpt, None, ["checkpoint=", "lies outside", "model=<folder>"]),
+    ("eval-model-folder-name", "evaluate", ["model={FOLDER}"], setup_model_bad_name, None, ["'my@model:v2'", "cannot name a results folder"]),
+    # --- class 3: an unfinished run or checkpoint is not evaluated as final unless named
+    ("eval-run-running", "evaluate", ["run={RUN}"], setup_run_running, None, ["'running', not 'finished'", "checkpoint=<folder>"]),
+    ("eval-checkpoint-no-marker", "evaluate", ["run={RUN}"], setup_run_no_marker, None, ["pspo_complete.json", "cut short", "checkpoint=<folder>"]),
+    # --- class 4: one line where there was a traceback
+    ("train-seed-text", "train", ["model=tiny", "seed=abc"], None, None, ["seed must be an integer", "'abc'"]),
+    ("train-seed-huge", "train", ["model=tiny", "seed=99999999999999999999"], None, None, ["seed must be an integer in [0, 4294967295]", "99999999999999999999"]),
+    ("train-max-steps-text", "train", ["model=tiny", "trainer.max_steps=abc"], None, None, ["trainer.max_steps", "an integer", "'abc'"]),
+    ("train-answer-number", "train", ["model=tiny"], None, 'train:{"question": "q", "answer": 2}\n', ["train.jsonl:1", "'answer' must be a string", "int 2"]),
+    ("eval-question-number", "evaluate", ["model=tiny"], None, 'test:{"question": 12345, "answer": "#### 1"}\n', ["test.jsonl:1", "'question' must be a string", "12345"]),
+    ("train-model-path-pickled", "train", ["model=qwen2p5_0p5b", "model.path={FOLDER}"], setup_pickle_model_path, None, ["model.path=", "no *.safetensors", "pickled"]),
+    ("eval-data-not-utf8", "evaluate", ["model=tiny"], None, b'test:{"question": "q\xff", "answer": "#### 1"}\n', ["test.jsonl:1", "not UTF-8"]),
+    ("agg-expected-seeds-text", "aggregate", ["results_dir={RESULTS}", "expected_seeds=abc"], setup_mixed, None, ["expected_seeds must be an integer", "'abc'"]),
+    ("agg-confidence-text", "aggregate", ["results_dir={RESULTS}", "confidence=abc"], setup_mixed, None, ["confidence must be a number in (0, 1)", "'abc'"]),
+    ("agg-cell-not-utf8", "aggregate", ["results_dir={RESULTS}"], setup_non_utf8_cell, None, ["T0.0.json", "cannot read JSON", "utf-8"]),
+    # --- class 5: values that must not be accepted (infinity is no number; integers take integers)
+    ("train-lr-inf", "train", ["model=tiny", "trainer.learning_rate=inf"], None, None, ["trainer.learning_rate", "(0, inf)", "got inf"]),
+    ("train-temperature-inf", "train", ["model=tiny", "trainer.temperature=inf"], None, None, ["trainer.temperature", "got inf"]),
+    ("train-eval-limit-0", "train", ["model=tiny", "trainer.eval_limit=0"], None, None, ["trainer.eval_limit", "integer in [1, inf) or null", "got 0"]),
+    ("train-eval-limit-negative", "train", ["model=tiny", "trainer.eval_limit=-1"], None, None, ["trainer.eval_limit", "got -1"]),
+    ("train-save-steps-float", "train", ["model=tiny", "trainer.save_steps=2.5"], None, None, ["trainer.save_steps", "an integer", "2.5"]),
+    ("eval-temperature-inf", "evaluate", ["model=tiny", "temperatures=[inf]"], None, None, ["temperature", "a number", "inf"]),
+    ("agg-expected-seeds-float", "aggregate", ["results_dir={RESULTS}", "expected_seeds=1.9"], setup_mixed, None, ["expected_seeds must be an integer", "1.9"]),
+    ("agg-confidence-inf", "aggregate", ["results_dir={RESULTS}", "confidence=inf"], setup_mixed, None, ["confidence", "inf"]),
+    ("eval-plus-typo", "evaluate", ["model=tiny", "+eval.limt=3"], None, None, ["+eval.limt=3", "not a setting", "did you mean eval.limit"]),
+    ("train-plus-typo", "train", ["model=tiny", "+trainer.max_stepz=3"], None, None, ["+trainer.max_stepz=3", "did you mean trainer.max_steps"]),
+    # --- class 7: messages name the key, the value and what is allowed; a bad file names file and line
+    ("train-seed-negative", "train", ["model=tiny", "seed=-1"], None, None, ["seed must be an integer in [0, 4294967295], got -1"]),
+    ("train-data-not-utf8", "train", ["model=tiny"], None, b'train:{"question": "q", "answer": "#### 1"}\n{"question": "\xfe"}\n', ["train.jsonl:2", "not UTF-8"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
 
@@ -191,10 +285,25 @@ def _prepare(case, tmp: Path, tiny: Path):
     env = {"PSPO_RESULTS_DIR": str(results), "PSPO_LOG_DIR": str(tmp / "hydra-logs")}
     if setup is not None:
         subs.update(setup(tmp, results, tiny))
-    if data is not None:
+        env.update(subs.pop("__env__", {}))
+    if isinstance(data, bytes):  # bytes that are not UTF-8
+        split, raw = data.split(b":", 1)
+        (tmp / "data" / "gsm8k").mkdir(parents=True, exist_ok=True)
+        (tmp / "data" / "gsm8k" / f"{split.decode()}.jsonl").write_bytes(raw)
+        env["PSPO_DATA_DIR"] = str(tmp / "data")
+    elif data is not None:
         split, text = data.split(":", 1)
         env.update(_data_dir(tmp, split, text))
     return [a.format(**subs) for a in args], env, results
+
+
+def _outside(tmp: Path) -> dict[str, bytes]:
+    """Every file under ``tmp`` (a case's whole sandbox, where an escaping path would land) but Hydra's logs."""
+    return {
+        str(p.relative_to(tmp)): p.read_bytes()
+        for p in sorted(tmp.rglob("*"))
+        if p.is_file() and "hydra-logs" not in p.relative_to(tmp).parts
+    }
 
 
 def _check(case, code, stderr: str, before, results: Path) -> None:
@@ -230,12 +339,13 @@ def test_bad_input_in_process(case, tmp_path, tiny_model_dir, monkeypatch, capsy
     argv, env, results = _prepare(case, tmp_path, tiny_model_dir)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    before = _snapshot(results)
+    before, sandbox = _snapshot(results), _outside(tmp_path)
     module = importlib.import_module(f"pspo_repro.{case[1]}")
     monkeypatch.setattr(sys, "argv", [f"pspo_repro.{case[1]}", *argv])
     with pytest.raises(SystemExit) as exc:
         module.main()
     _check(case, exc.value.code, capsys.readouterr().err, before, results)
+    assert _outside(tmp_path) == sandbox, "something was written outside results/ (an escaping path?)"
 
 
 # A sample through real subprocesses (the whole CLI, interpreter start to exit status).
@@ -248,6 +358,10 @@ SUBPROCESS_IDS = [
     "eval-text-temperature",
     "eval-run-no-checkpoint",
     "agg-mixed-settings",
+    "train-run-tag-escape",
+    "train-seed-text",
+    "eval-plus-typo",
+    "agg-expected-seeds-text",
 ]
 
 
@@ -272,7 +386,7 @@ def subprocess_runs(tmp_path_factory, tiny_model_dir):
         procs[case[0]] = (case, proc, _snapshot(results), results)
     out = {}
     for name, (case, proc, before, results) in procs.items():
-        _, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=400)  # 12 interpreters started together on 2 cores
         out[name] = (case, proc.returncode, err, before, results)
     return out
 

@@ -94,7 +94,16 @@ def _write_run(root: Path, best="checkpoint-10", tokenizer_dir=None) -> Path:
     run = root / "runs" / "tiny" / "pspo" / "seed0"
     run.mkdir(parents=True)
     (run / "run.json").write_text(
-        json.dumps({"model": "tiny", "method": "pspo", "seed": 0, "tag": "", "best_checkpoint": best})
+        json.dumps(
+            {
+                "model": "tiny",
+                "method": "pspo",
+                "seed": 0,
+                "tag": "",
+                "best_checkpoint": best,
+                "status": "finished",
+            }
+        )
     )
     return run
 
@@ -231,6 +240,7 @@ def test_run_folder_identity_and_checkpoint(results_root, tiny_model_dir):
 
     run = _write_run(results_root, best="checkpoint-10")
     shutil.copytree(tiny_model_dir, run / "checkpoint-10")
+    (run / "checkpoint-10" / "pspo_complete.json").write_text('{"files": {}}')  # saved whole
     (result,) = ev.evaluate(
         _cfg(f"run={run}", "eval.limit=2", "temperatures=[0.0]", "max_new_tokens=4", "backend=hf")
     )
