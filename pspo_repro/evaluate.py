@@ -354,7 +354,12 @@ def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
     samples = [
         {"text": c.text, "token_ids": list(c.token_ids), **_grade_one(c.text, problem)} for c in completions
     ]
-    return {"id": problem.id, "gold": problem.answer, "authors_gold": problem.authors_gold, "samples": samples}
+    return {
+        "id": problem.id,
+        "gold": problem.answer,
+        "authors_gold": problem.authors_gold,
+        "samples": samples,
+    }
 
 
 def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
