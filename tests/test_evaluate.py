@@ -63,7 +63,7 @@ def test_per_prompt_row_majority_and_counts():
         "answers": ["5", "7", "5"],
         "reward_flags": [0, 1, 0],
         "true_flags": [1, 1, 0],
-        "rewards": [0.05, 1.05, 0.05],
+        "rewards": [0.05, 1.0, 0.05],
         "lengths": [2, 4, 6],
         "timeouts": 0,
     }

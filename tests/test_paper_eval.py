@@ -37,7 +37,7 @@ def test_paper_sets_have_the_authors_rows_and_prompts():
 def test_multi_answer_row_both_columns_agree_with_the_authors():
     first = next(p for p in load_benchmark("asdiv_paper") if ";" in p.authors_gold)
     rec = ev.grade_samples(first, [_done("#### 20"), _done("#### 5")])
-    assert [s["authors_reward"] for s in rec["samples"]] == [1.0, 0.0]
+    assert [s["reward"] for s in rec["samples"]] == [1.0, 0.0]
     assert [s["reward_correct"] for s in rec["samples"]] == [1, 0]
 
 

@@ -97,6 +97,9 @@ _FORBIDDEN = re.compile(r"(?<![\w.])(eval|exec)\(|sympify|parse_expr|ExprExtract
 _ALLOWED = [
     ("grading.py", "no eval/sympify/parse_expr"),
     ("grading.py", "ExprExtractionConfig"),
+    # the docstring and a comment describing the authors' dead sympy branch (nothing calls sympy there)
+    ("authors_reward.py", "transformations=...)``, a keyword sympify does not take"),
+    ("authors_reward.py", "# Their sympify(..., transformations=...) raises TypeError"),
 ]
 
 
