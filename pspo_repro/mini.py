@@ -410,12 +410,13 @@ def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
 
 
 def regime_cmds(cfg: DictConfig, root: Path) -> list[Job]:
-    """``python -m pspo_repro.regime`` per ``aggregate.regime`` entry (table name -> run tag)."""
+    """``python -m pspo_repro.regime`` per ``aggregate.regime`` entry (table name -> run tag; null: none)."""
     return [
         Job(f"regime-{name}", [sys.executable, "-m", "pspo_repro.regime", f"results_dir={root}",
                                f"out_dir={root}", f"tag={tag or ''}", f"name={name}"],
             log=root / "work" / "logs" / f"regime-{name}.log")
         for name, tag in (cfg.aggregate.get("regime") or {}).items()
+        if tag is not None  # null: that table is switched off
     ]  # fmt: skip
 
 

@@ -22,8 +22,11 @@ SMOKE = [
     "rl.seeds=[0]",
     "rl.groups=[{name: a, cost: 1, sweep: {method: 'clip,pspo'}}, {name: b, cost: 1, sweep: {method: pspo, method.alpha: '0.3'}}]",
     "eval.methods=[clip,pspo]",
+    "eval.tags=[]",
     "eval.overrides=['eval=synthetic','temperatures=[0.0,0.8]','n_samples=2','max_new_tokens=16','backend=hf']",
     "aggregate.overrides=['expected_seeds=1']",
+    "aggregate.ablation_tag_prefix=alpha",
+    "aggregate.regime.regime_offpolicy=null",  # no off-policy runs here
 ]
 
 
@@ -36,8 +39,27 @@ def test_config_composes_and_run_list():
     runs = mini.rl_runs(cfg)
     methods = {m for m, t, _ in runs if not t}
     assert methods == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
-    assert len(runs) == 7 * 3 + 4 * 3  # 7 methods + alpha 0.2..0.5, 3 seeds each
-    assert {t for _, t, _ in runs} == {"", "alpha0.2", "alpha0.3", "alpha0.4", "alpha0.5"}
+    assert len(runs) == 7 * 3 + 3 * 2  # 7 methods x 3 seeds; clip, pspo, noclip off-policy x 2 seeds
+    assert {t for _, t, _ in runs} == {"", "offpolicy"}
+    jobs = {j.name: j.cmd for j in mini.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
+    assert (
+        "experiment=mini_offpolicy" in jobs["rl-offpolicy_a"]
+        and "run_tag=offpolicy" in jobs["rl-offpolicy_a"]
+    )
+    assert "seed=0,1" in jobs["rl-offpolicy_a"] and "seed=0,1,2" in jobs["rl-main_a"]
+    assert all("data.prompt_template=none" in cmd for cmd in jobs.values())
+
+
+def test_study_config_composes():
+    cfg = compose_config(PROJECT_ROOT / "conf", "study", [])
+    runs = mini.rl_runs(cfg)
+    assert str(cfg.root) == "results/study"
+    assert {m for m, t, _ in runs if t == "offpolicy"} == {
+        "clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"
+    }  # fmt: skip
+    alpha = sorted(t for m, t, s in mini.ablation_runs(cfg) if s == 0)
+    assert alpha == [f"offpolicy-alpha0.{a}_max_grad_norm0.2" for a in range(1, 6)]
+    assert ("noclip", "offpolicy-num_iterations2", 2) in runs
 
 
 def test_tagging_overrides_are_refused(tmp_path):
@@ -78,7 +100,8 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     table = (root / "main_reward_acc.md").read_text()
     assert "GR-PSPO" in table and "GRPO-clip" in table and "Base model" in table
     ablation = (root / "alpha_ablation.md").read_text()
-    assert "0.1" in ablation and "0.3" in ablation  # the main pspo run is the alpha = 0.1 row
+    assert "0.3" in ablation  # the ablation's runs only (tag prefix alpha), not the main pspo run
+    assert "pspo" in (root / "regime_main.md").read_text()
 
     # A rerun skips every stage (markers match) and changes nothing.
     before = (root / "main_reward_acc.md").read_text()
