@@ -19,9 +19,10 @@ Columns, each a mean over seeds (test accuracy with its 95% Student t interval o
 - ``grad_clipped``: share of optimizer steps whose gradient norm exceeded ``max_grad_norm`` (where
   gradient-norm clipping engaged: the only place a constant loss scale such as PSPO's 1 - alpha acts
   under Adam, besides Adam's eps);
-- ``collapsed``: runs whose mean training reward over the last quarter of steps fell below half of
-  that over the first three logged steps (the base model's reward). A stated, coarse definition: a
-  collapse is a run that lost most of what the base model could do.
+- ``collapsed``: runs whose selected checkpoint's greedy test accuracy is below half of the base
+  model's (the ``baseline`` cell of the same model): a run that lost most of what the base model could
+  do. ``reward_fell`` counts runs whose mean training reward over the last quarter of steps fell below
+  half of that over the first three logged steps (on the sampling policy, T = 0.8).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def run_stats(metrics_path: Path, max_grad_norm: float) -> dict[str, float | boo
         "ratio_std": _mean([r.get("train/ratio_std") for r in reuse]),
         "behaviour_kl": _mean([r.get("train/behaviour_kl") for r in reuse]),
         "grad_clipped": _mean([float(n > max_grad_norm) for n in norms]),
-        "collapsed": bool(rewards) and last < COLLAPSE_RATIO * first,
+        "reward_fell": bool(rewards) and last < COLLAPSE_RATIO * first,
         "steps": len(steps),
     }
 
@@ -92,6 +93,7 @@ def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
         by_method.setdefault((model, method), []).append(stats)
     rows = []
     for (model, method), runs in sorted(by_method.items()):
+        base = _test_acc(results_dir, model, "baseline", "seed0")
         accs = [r["test_acc"] for r in runs if r["test_acc"] is not None]
         ci = t_interval(accs) if accs else None
         row: dict[str, Any] = {"model": model, "method": method, "tag": tag, "n_seeds": len(runs)}
@@ -101,7 +103,11 @@ def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
         for key in ("val_first", "val_last", "zero_grad", "zero_grad_reuse", "ratio_std", "behaviour_kl",
                     "grad_clipped"):  # fmt: skip
             row[key] = _mean([r[key] for r in runs])
-        row["collapsed"] = sum(bool(r["collapsed"]) for r in runs)
+        row["base_acc"] = math.nan if base is None else base
+        row["collapsed"] = (
+            sum(a < COLLAPSE_RATIO * base for a in accs) if base is not None and accs else math.nan
+        )
+        row["reward_fell"] = sum(bool(r["reward_fell"]) for r in runs)
         rows.append(row)
     return rows
 
@@ -113,11 +119,17 @@ def _fmt(x: float, pct: bool = False, digits: int = 3) -> str:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The regime table as Markdown (percentages for accuracies and fractions)."""
-    head = (
+    """The regime table as Markdown (percentages for accuracies and fractions), under a one-line caption."""
+    base = next((r["base_acc"] for r in rows if not math.isnan(r["base_acc"])), math.nan)
+    caption = (
+        f"Base model (SFT) greedy test accuracy: {_fmt(base, True)}%. Means over seeds; collapsed: the "
+        "selected checkpoint below half of the base model's accuracy; reward fell: the last quarter's "
+        "training reward below half of the first steps'. Definitions: pspo_repro/regime.py.\n\n"
+    )
+    head = caption + (
         "| Method | Seeds | Test acc. (T=0) [95% CI] | Val. reward first -> last | Zero-grad tokens % "
-        "(all / reuse steps) | Ratio std | KL(old\\|\\|new) | Grad-norm clipped % | Collapsed |\n"
-        "|:---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "(all / reuse steps) | Ratio std | KL(old\\|\\|new) | Grad-norm clipped % | Collapsed | Reward fell |\n"
+        "|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for r in rows:
@@ -131,7 +143,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{_fmt(r['val_first'])} -> {_fmt(r['val_last'])} | "
             f"{_fmt(r['zero_grad'], True)} / {_fmt(r['zero_grad_reuse'], True)} | {_fmt(r['ratio_std'])} | "
             f"{_fmt(r['behaviour_kl'], digits=4)} | {_fmt(r['grad_clipped'], True)} | "
-            f"{r['collapsed']}/{r['n_seeds']} |"
+            f"{'-' if isinstance(r['collapsed'], float) else r['collapsed']}/{r['n_seeds']} | "
+            f"{r['reward_fell']}/{r['n_seeds']} |"
         )
     return head + "\n".join(lines) + "\n"
 

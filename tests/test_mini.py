@@ -257,6 +257,6 @@ def test_regime_run_stats(tmp_path):
     assert s["behaviour_kl"] == pytest.approx(0.03) and s["ratio_std"] == pytest.approx(0.2)
     assert s["grad_clipped"] == pytest.approx(0.25)
     assert (s["val_first"], s["val_last"]) == (0.3, 0.1)
-    assert s["collapsed"]  # last-quarter reward 0.05 < half of the first three logged rewards' mean 0.183
+    assert s["reward_fell"]  # last-quarter reward 0.05 < half of the first three logged rewards' mean 0.183
     assert regime.main(["results_dir=" + str(tmp_path), "out_dir=" + str(tmp_path), "bogus=1"]) == 2
     assert regime.main(["results_dir=" + str(tmp_path), "out_dir=" + str(tmp_path)]) == 1  # no runs
