@@ -198,9 +198,11 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    fig = fractions_figure(results_dir, tag)
+    from pspo_repro.plots import render
+
+    png = render(fractions_figure(results_dir, tag))["png"]  # bytes; written atomically like the rest
     with atomic_open(paths[2], "wb") as fh:
-        fig.savefig(fh, format="png", dpi=120, metadata={"Software": None})
+        fh.write(png)
     return paths
 
 
