@@ -335,9 +335,11 @@ def ablation_step(cfg: DictConfig, root: Path) -> int | None:
 def aggregate_cmd(cfg: DictConfig, root: Path) -> list[str]:
     """``python -m pspo_repro.aggregate`` over ``root`` into ``root`` (the committed tables and figures)."""
     cmd = [sys.executable, "-m", "pspo_repro.aggregate", f"results_dir={root}", f"out_dir={root}"]
-    # Table 8 from the runs tagged with the ablation prefix only (none: no alpha table).
+    # Table 8 from the runs tagged with the ablation prefix only. None set: aggregate's own default
+    # (alpha_ablation, the tag of experiment=alpha_ablation runs), which no mini run carries: no table.
     prefix = cfg.aggregate.get("ablation_tag_prefix")
-    cmd.append(f"ablation.tag_prefix={prefix}" if prefix else "ablation.tag_prefix=__no_ablation_runs__")
+    if prefix:
+        cmd.append(f"ablation.tag_prefix={prefix}")
     step = ablation_step(cfg, root) if (root / "runs").is_dir() else None
     if step:
         cmd.append(f"ablation.step={step}")
