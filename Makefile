@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: env test test-fast lint mini bench env-vllm test-vllm
+.PHONY: env test test-fast lint mini study bench env-vllm test-vllm
 
 env:
 	@bash scripts/setup_env.sh
@@ -34,10 +34,15 @@ lint: env
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# The CPU mini-reproduction end to end (data -> sft -> rl -> eval -> aggregate; docs/mini.md): about 15
-# minutes on 2 idle cores; finished stages are skipped on a rerun. Extra settings: make mini MINI_ARGS='...'.
+# The CPU mini-reproduction end to end (data -> sft -> rl -> eval -> aggregate; docs/mini.md): under 20
+# minutes on 2 cores; finished stages are skipped on a rerun. Extra settings: make mini MINI_ARGS='...'.
 mini: env
 	$(PY) -m pspo_repro.mini $(MINI_ARGS)
+
+# The trust-region regime study (conf/study.yaml: all methods off-policy, the PSPO/noclip tie, the alpha
+# ablation) into results/study: the same pipeline, a larger grid. Extra settings: STUDY_ARGS='...'.
+study: env
+	$(PY) -m pspo_repro.mini --config-name study $(STUDY_ARGS)
 
 # The three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation).
 bench: env

@@ -95,12 +95,15 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     """Hash of the settings a stage's output depends on (its marker must match to skip the stage)."""
     part = {
         "data": ["data"],
-        "sft": ["data", "sft"],
-        "rl": ["data", "sft", "rl"],
-        "eval": ["data", "sft", "rl", "eval"],
-        "aggregate": ["data", "sft", "rl", "eval", "aggregate"],
+        "sft": ["data", "prompt_template", "sft"],
+        "rl": ["data", "prompt_template", "sft", "rl"],
+        "eval": ["data", "prompt_template", "sft", "rl", "eval"],
+        "aggregate": ["data", "prompt_template", "sft", "rl", "eval", "aggregate"],
     }[stage]
-    blob = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in part}
+    blob = {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in part
+    }
     # Where jobs run (the launcher) does not change results; it is left out on purpose.
     if "rl" in blob:
         blob["rl"].pop("launcher", None)
@@ -198,6 +201,7 @@ def sft_cmd(cfg: DictConfig, root: Path) -> list[str]:
         f"data.seed={int(cfg.data.seed)}",
         f"data.n_train={int(cfg.data.sizes.train)}",
         f"data.n_val={int(cfg.data.sizes.validation)}",
+        f"prompt_template={cfg.prompt_template}",
         *map(str, cfg.sft.overrides),
     ]  # fmt: skip
 
@@ -206,8 +210,14 @@ def _sweep_values(value: Any) -> list[str]:
     return [v.strip() for v in str(value).split(",")]
 
 
+def group_seeds(cfg: DictConfig, group: DictConfig) -> list[int]:
+    """The group's own ``seeds`` if it sets them, else ``rl.seeds``."""
+    return [int(s) for s in (group.get("seeds") or cfg.rl.seeds)]
+
+
 def rl_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
-    """Every (method, tag, seed) the rl groups produce (tag as run_dir.tag_from_overrides builds it)."""
+    """Every (method, tag, seed) the rl groups produce (tag as run_dir.tag_from_overrides builds it:
+    the group's ``tag`` (passed as ``run_tag``), then ``{key}{value}`` of its swept method/trainer keys)."""
     out = []
     for group in cfg.rl.groups:
         sweep = {k: _sweep_values(v) for k, v in group.sweep.items()}
@@ -215,9 +225,10 @@ def rl_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
         for combo in itertools.product(*(sweep[k] for k in keys)):
             point = dict(zip(keys, combo, strict=True))
             tag_keys = sorted(k for k in point if k.startswith(("method.", "trainer.")))
-            tag = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
-            for seed in cfg.rl.seeds:
-                out.append((point["method"], tag, int(seed)))
+            swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
+            tag = "-".join(t for t in (str(group.get("tag") or ""), swept) if t)
+            for seed in group_seeds(cfg, group):
+                out.append((point["method"], tag, seed))
     return out
 
 
@@ -239,12 +250,14 @@ def rl_jobs(cfg: DictConfig, root: Path) -> list[Job]:
     tagged = [o for o in map(str, cfg.rl.overrides) if o.lstrip("+~").startswith(("method.", "trainer."))]
     if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
         raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
-    seeds = ",".join(str(int(s)) for s in cfg.rl.seeds)
     jobs = []
     for group in cfg.rl.groups:
+        seeds = ",".join(map(str, group_seeds(cfg, group)))
         cmd = [
             sys.executable, "-m", "pspo_repro.train", "-m",
-            f"experiment={cfg.rl.experiment}",
+            f"experiment={group.get('experiment') or cfg.rl.experiment}",
+            f"data.prompt_template={cfg.prompt_template}",
+            *([f"run_tag={group.tag}"] if group.get("tag") else []),
             *[f"{k}={v}" for k, v in group.sweep.items()],
             f"seed={seeds}",
             f"hydra/launcher={cfg.rl.launcher}",
@@ -265,12 +278,12 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
 
     Returns the jobs and the number of models evaluated (for the progress total).
     """
-    methods = set(cfg.eval.methods)
-    runs = [run_dir_of(root, m, t, s) for m, t, s in rl_runs(cfg) if m in methods and not t]
+    methods, tags = set(cfg.eval.methods), {"", *map(str, cfg.eval.get("tags") or [])}
+    runs = [run_dir_of(root, m, t, s) for m, t, s in rl_runs(cfg) if m in methods and t in tags]
     missing = [str(r) for r in runs if run_status(r) != "finished"]
     if missing:
         raise StageError(f"eval: runs not finished (rerun the rl stage): {', '.join(missing)}")
-    common = [*map(str, cfg.eval.overrides)]
+    common = [f"prompt_template={cfg.prompt_template}", *map(str, cfg.eval.overrides)]
     parts = max(1, int(cfg.parallel))
     jobs = []
     for i in range(parts):
@@ -297,16 +310,20 @@ def count_cells(root: Path) -> int:
     return sum(1 for _ in (root / "eval").glob("**/T*.json")) if (root / "eval").is_dir() else 0
 
 
+def ablation_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
+    """The alpha ablation's runs: pspo runs whose tag starts with ``aggregate.ablation_tag_prefix``."""
+    prefix = cfg.aggregate.get("ablation_tag_prefix")
+    return [r for r in rl_runs(cfg) if r[0] == "pspo" and prefix and r[1].startswith(str(prefix))]
+
+
 def ablation_step(cfg: DictConfig, root: Path) -> int | None:
-    """The last validation step every PSPO run reached (the ablation's common step; the paper's is 250).
+    """The last validation step every ablation run reached (the ablation's common step; the paper's is 250).
 
     Token budgets end runs at slightly different steps (completion lengths differ), so the alpha table
     compares all seeds at the largest multiple of ``eval_steps`` that each of them logged.
     """
     finals, every = [], None
-    for m, t, s in rl_runs(cfg):
-        if m != "pspo":
-            continue
+    for m, t, s in ablation_runs(cfg):
         info = json.loads((run_dir_of(root, m, t, s) / "run.json").read_text())
         finals.append(int(info["final_step"]))
         every = int(info["config"]["trainer"]["eval_steps"])
@@ -318,9 +335,11 @@ def ablation_step(cfg: DictConfig, root: Path) -> int | None:
 def aggregate_cmd(cfg: DictConfig, root: Path) -> list[str]:
     """``python -m pspo_repro.aggregate`` over ``root`` into ``root`` (the committed tables and figures)."""
     cmd = [sys.executable, "-m", "pspo_repro.aggregate", f"results_dir={root}", f"out_dir={root}"]
-    # The mini ablation's alpha = 0.1 row is the untagged main pspo run (identical settings; rl.groups in
-    # conf/mini.yaml), so every pspo run with an alpha goes into Table 8, not only alpha_ablation-* tags.
-    cmd.append("ablation.tag_prefix=null")
+    # Table 8 from the runs tagged with the ablation prefix only. None set: aggregate's own default
+    # (alpha_ablation, the tag of experiment=alpha_ablation runs), which no mini run carries: no table.
+    prefix = cfg.aggregate.get("ablation_tag_prefix")
+    if prefix:
+        cmd.append(f"ablation.tag_prefix={prefix}")
     step = ablation_step(cfg, root) if (root / "runs").is_dir() else None
     if step:
         cmd.append(f"ablation.step={step}")
@@ -392,12 +411,26 @@ def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
     return {"models": n_models}
 
 
+def regime_cmds(cfg: DictConfig, root: Path) -> list[Job]:
+    """``python -m pspo_repro.regime`` per ``aggregate.regime`` entry (table name -> run tag; null: none)."""
+    return [
+        Job(f"regime-{name}", [sys.executable, "-m", "pspo_repro.regime", f"results_dir={root}",
+                               f"out_dir={root}", f"tag={tag or ''}", f"name={name}"],
+            log=root / "work" / "logs" / f"regime-{name}.log")
+        for name, tag in (cfg.aggregate.get("regime") or {}).items()
+        if tag is not None  # null: that table is switched off
+    ]  # fmt: skip
+
+
 def do_aggregate(cfg: DictConfig, root: Path) -> dict[str, Any]:
-    """Stage 5: tables and figures into ``root``."""
+    """Stage 5: tables and figures into ``root`` (pspo_repro.aggregate, then the regime tables)."""
     job = Job("aggregate", aggregate_cmd(cfg, root), log=root / "work" / "logs" / "aggregate.log")
-    with _bar(1, "aggregate", "stage") as bar:
-        run_jobs([job], 1, child_env(cfg, root, int(cfg.threads)), bar, lambda: 0)
-        bar.update(1)
+    regime = regime_cmds(cfg, root)
+    env = child_env(cfg, root, int(cfg.threads))
+    with _bar(1 + len(regime), "aggregate", "table set") as bar:
+        for j in (job, *regime):
+            run_jobs([j], 1, env, bar, lambda: bar.n)
+            bar.update(1)
     return {"args": job.cmd[3:]}
 
 
@@ -437,7 +470,12 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
     timings["total_seconds"] = round(sum(s["seconds"] for s in timings["stages"].values()), 1)
     committed = mini_committed.committed_dir(root)
     if committed.is_dir() and "aggregate" in wanted:
-        timings["vs_committed"] = mini_committed.compare(committed, root)
+        # Two statements: agreement within seed variance (what another machine can check) and bitwise
+        # identity (the same machine only); mini_committed's docstring says why both.
+        timings["vs_committed"] = {
+            "agreement": mini_committed.agreement(committed, root),
+            "bitwise": mini_committed.compare(committed, root),
+        }
     write_json(timings_path, timings)
     return timings
 
@@ -458,9 +496,9 @@ def summary(root: Path, timings: dict[str, Any]) -> str:
         f"(this invocation {timings['this_invocation_seconds']:.1f} s)"
     )
     if "vs_committed" in timings:
-        lines.append(
-            f"  {mini_committed.describe(timings['vs_committed'])} ({mini_committed.committed_dir(root)})"
-        )
+        vs = timings["vs_committed"]
+        lines.append(f"  {mini_committed.describe_agreement(vs['agreement'])}")
+        lines.append(f"  {mini_committed.describe(vs['bitwise'])} ({mini_committed.committed_dir(root)})")
     names = ("main_reward_acc.md", "temperature_reward_acc.png", "training_curves.png", "alpha_ablation.md")
     for name in (*names, "summary.md"):
         path = root / name

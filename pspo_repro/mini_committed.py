@@ -6,12 +6,26 @@ would make a fresh ``make mini`` skip every run and cell as finished and merely 
 when ``work/`` is missing, the committed results are moved to ``work/committed/``, everything is
 recomputed, and the new numbers are compared with the committed ones at the end (``git diff`` shows the
 same from the other side).
+
+Two statements come out of the comparison, because they answer different questions:
+
+- ``agreement``: what a user on ANOTHER machine can check. Floating-point kernels differ between CPUs,
+  so the SFT model, and everything after it, differs in its low bits and then in its samples; the
+  question is whether the rerun agrees with the committed copy within seed variance. Each evaluation
+  cell group (method, tag, temperature, metric) is tested: Welch's t-test on the per-seed values of
+  the two copies (seed variance on both sides), or, for a group with one seed on a side (the base
+  model: one model, no seeds), a two-sided Fisher exact test on the pooled correct counts (problem
+  sampling only). The p-values are Holm-adjusted over all groups (family-wise 5%); the report names
+  the groups whose adjusted p is below it, or says "agrees".
+- ``identical`` (``compare``): bitwise identity of tables, training metrics and per-prompt counts. It
+  holds on the machine that produced the copy (one torch thread, seeded), not across machines.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,6 +37,8 @@ COMMITTED = "committed"  # under <root>/work/
 TABLES = ("main_reward_acc.csv", "main_true_acc.csv", "temperature_reward_acc.csv",
           "temperature_true_acc.csv", "alpha_ablation.csv")  # fmt: skip
 CELL_KEYS = ("metrics", "per_prompt")
+AGREEMENT_METRICS = ("reward_acc", "true_acc")  # the main and temperature tables' metrics
+FAMILY_ALPHA = 0.05  # family-wise error rate of the agreement test (Holm over all cell groups)
 TIMING_WORDS = ("time", "runtime", "per_second")
 
 
@@ -70,7 +86,7 @@ def compare(old: Path, new: Path) -> dict[str, Any]:
         return sorted({p.relative_to(tree) for tree in (old, new) for p in tree.glob(pattern)})
 
     groups = {
-        "tables": [Path(t) for t in TABLES],
+        "tables": [Path(t) for t in TABLES if (old / t).is_file() or (new / t).is_file()],
         "runs": on_either_side("runs/**/metrics.jsonl"),
         "cells": on_either_side("eval/**/T*.json"),
     }
@@ -90,15 +106,105 @@ def compare(old: Path, new: Path) -> dict[str, Any]:
     return report
 
 
+def _cell_groups(tree: Path, metrics: tuple[str, ...]) -> dict[tuple, dict[int, tuple[float, float, float]]]:
+    """``{(model, method, tag, dataset, T, metric): {seed: (value, correct, total)}}`` from ``tree/eval``."""
+    out: dict[tuple, dict[int, tuple[float, float, float]]] = {}
+    for path in sorted(tree.glob("eval/**/T*.json")):
+        try:
+            d = json.loads(path.read_text())
+            key = (d["model"], d["method"], d.get("tag") or "", d["dataset"], float(d["temperature"]))
+            seed, n = int(d["seed"]), int(d["num_prompts"]) * int(d.get("n_samples") or 1)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an unreadable cell is reported by compare() as different or missing
+        for metric in metrics:
+            value = (d.get("metrics") or {}).get(metric)
+            if isinstance(value, int | float) and math.isfinite(value):
+                out.setdefault((*key, metric), {})[seed] = (float(value), round(value * n), float(n))
+    return out
+
+
+def _group_p(a: dict[int, tuple], b: dict[int, tuple]) -> tuple[float, str]:
+    """Two-sided p-value that two copies of one cell group have the same mean, and the test used."""
+    import numpy as np
+    import scipy.stats
+
+    va, vb = np.array([v[0] for v in a.values()]), np.array([v[0] for v in b.values()])
+    if len(va) >= 2 and len(vb) >= 2:
+        if va.std() == 0 and vb.std() == 0:  # Welch is undefined; equal constants agree, others do not
+            return (1.0 if va.mean() == vb.mean() else 0.0), "welch"
+        return float(scipy.stats.ttest_ind(va, vb, equal_var=False).pvalue), "welch"
+    ca, ta = sum(v[1] for v in a.values()), sum(v[2] for v in a.values())
+    cb, tb = sum(v[1] for v in b.values()), sum(v[2] for v in b.values())
+    table = [[int(ca), int(ta - ca)], [int(cb), int(tb - cb)]]
+    return float(scipy.stats.fisher_exact(table).pvalue), "fisher"
+
+
+def agreement(
+    old: Path, new: Path, metrics: tuple[str, ...] = AGREEMENT_METRICS, alpha: float = FAMILY_ALPHA
+) -> dict[str, Any]:
+    """Whether ``new`` agrees with ``old`` within seed variance, per evaluation cell group (module doc).
+
+    Returns ``{"groups", "disagree": [{"cell", "old", "new", "p_holm", "test"}], "only_one_side",
+    "min_p_holm", "alpha"}``; ``old``/``new`` are the group means over seeds.
+    """
+    ga, gb = _cell_groups(old, metrics), _cell_groups(new, metrics)
+    keys = sorted(set(ga) & set(gb))
+    tested = [(k, *_group_p(ga[k], gb[k])) for k in keys]
+    # Holm step-down: the i-th smallest p times (m - i), made monotone, capped at 1.
+    order = sorted(range(len(tested)), key=lambda i: tested[i][1])
+    adjusted, running = [1.0] * len(tested), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(tested) - rank) * tested[i][1]))
+        adjusted[i] = running
+    disagree = []
+    for (key, _, test), p_holm in zip(tested, adjusted, strict=True):
+        if p_holm < alpha:
+            model, method, tag, dataset, temp, metric = key
+            mean = lambda g: sum(v[0] for v in g.values()) / len(g)  # noqa: E731
+            disagree.append({
+                "cell": f"{model}/{method}{'-' + tag if tag else ''}/{dataset}/T{temp:.1f}/{metric}",
+                "old": round(mean(ga[key]), 4), "new": round(mean(gb[key]), 4),
+                "p_holm": round(p_holm, 5), "test": test,
+            })  # fmt: skip
+    only = sorted("/".join(map(str, k)) for k in set(ga) ^ set(gb))
+    return {
+        "groups": len(tested),
+        "disagree": disagree,
+        "only_one_side": only,
+        "min_p_holm": round(min(adjusted), 5) if adjusted else None,
+        "alpha": alpha,
+    }
+
+
+def describe_agreement(report: dict[str, Any]) -> str:
+    """One line: "agrees ..." or the cell groups that do not (the cross-machine statement)."""
+    if not report["groups"]:
+        return "agreement with the committed copy: no evaluation cells in common"
+    head = (
+        f"{report['groups']} cell groups; Welch t over seeds, Fisher exact for the one-model base, "
+        f"Holm {report['alpha']:g}"
+    )
+    if not report["disagree"] and not report["only_one_side"]:
+        return f"agrees with the committed copy within seed variance ({head}; smallest adjusted p {report['min_p_holm']})"
+    parts = []
+    if report["disagree"]:
+        cells = ", ".join(f"{d['cell']} {d['old']:.3f}->{d['new']:.3f}" for d in report["disagree"][:6])
+        more = " ..." if len(report["disagree"]) > 6 else ""
+        parts.append(f"{len(report['disagree'])} disagree ({cells}{more})")
+    if report["only_one_side"]:
+        parts.append(f"{len(report['only_one_side'])} on one side only")
+    return f"does NOT agree with the committed copy ({head}): " + "; ".join(parts)
+
+
 def describe(report: dict[str, Any]) -> str:
-    """One line for the final summary."""
+    """One line for the final summary: bitwise identity (a same-machine statement)."""
     same = ", ".join(f"{n} {kind}" for kind, n in report["identical"].items())
     if not report["different"] and not report["missing"]:
-        return f"matches the committed copy: {same} identical"
+        return f"bitwise identical to the committed copy: {same} (same-machine check)"
     parts = [f"identical: {same}"]
     if report["different"]:
         shown = ", ".join(report["different"][:5]) + (" ..." if len(report["different"]) > 5 else "")
         parts.append(f"{len(report['different'])} differ ({shown})")
     if report["missing"]:
         parts.append(f"{len(report['missing'])} on one side only")
-    return "differs from the committed copy: " + "; ".join(parts)
+    return "not bitwise identical to the committed copy (expected on another machine): " + "; ".join(parts)

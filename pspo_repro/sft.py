@@ -76,6 +76,37 @@ def init_model(arch: dict[str, Any] | None, seed: int):
     return model, tokenizer
 
 
+def premature_answer(solution: str) -> str:
+    """The solution with its final ``#### N`` replaced by the first number it states (the first operand)."""
+    first = re.search(r"\d+", solution)
+    head, sep, _ = solution.rpartition("####")
+    if not sep or first is None:
+        return solution
+    return f"{head}#### {first.group(0)}"
+
+
+def with_habit(problems: list, frac: float, seed: int) -> list:
+    """A seeded ``frac`` of ``problems`` with a premature final answer (``premature_answer``), the rest kept.
+
+    The habit gives the SFT model a systematic, prompt-independent mistake that its own samples often
+    avoid: the worked line is right, the ``####`` line repeats the first operand. RL can unlearn it from
+    the reward alone, which is what RL on a pretrained LLM mostly does (turn pass@k into pass@1); the
+    arithmetic itself is learned far more slowly from a 0/1 reward than from SFT's targets.
+    """
+    import dataclasses
+    import random
+
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"data.habit_frac={frac}: must be in [0, 1]")
+    if frac == 0.0:
+        return list(problems)
+    rng = random.Random(f"pspo-sft-habit/{seed}")
+    return [
+        dataclasses.replace(p, solution=premature_answer(p.solution)) if rng.random() < frac else p
+        for p in problems
+    ]
+
+
 def sft_dataset(problems: list, template: str):
     """Prompt-completion conversational rows: the RL prompt messages and the solution as assistant turn."""
     from datasets import Dataset
@@ -229,7 +260,9 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     trainer = SFTTrainer(
         model=model,
         args=args,
-        train_dataset=sft_dataset(splits["train"], cfg.prompt_template),
+        train_dataset=sft_dataset(
+            with_habit(splits["train"], float(cfg.data.get("habit_frac", 0.0)), cfg.seed), cfg.prompt_template
+        ),
         processing_class=tokenizer,
         callbacks=[progress_callback(out_dir / PROGRESS)],
     )

@@ -230,14 +230,24 @@ class MethodGRPOTrainer(GRPOTrainer):
                 self.accelerator.gather_for_metrics(aux_loss).mean().item()
             )
 
-        self._log_loss_metrics(mode, mask, entropies, per_token_kl if self.beta != 0.0 else None, out.metrics)
+        self._log_loss_metrics(
+            mode, mask, entropies, per_token_kl if self.beta != 0.0 else None, out.metrics, logps - old_logps
+        )
         return loss
 
     @torch.no_grad()
-    def _log_loss_metrics(self, mode, mask, entropies, per_token_kl, method_metrics) -> None:
-        """Entropy (and KL) as TRL logs them, plus the method's metrics under ``method/``: one gather, one sync."""
+    def _log_loss_metrics(self, mode, mask, entropies, per_token_kl, method_metrics, log_ratio) -> None:
+        """Entropy (and KL) as TRL logs them, the trust-region statistics of every method, and the method's
+        metrics under ``method/``: one gather, one sync.
+
+        Method-independent, so runs of different methods compare on the same scale: ``behaviour_kl`` is
+        KL(pi_old || pi_theta) per token (k3 estimator ``r - 1 - log r`` on the behaviour policy's
+        samples; 0 on the first pass over a batch) and ``ratio_std`` the spread of r = pi_theta / pi_old.
+        """
         m = mask.float()
-        sums = [(entropies * m).sum(), m.sum()]
+        r = log_ratio.detach().float().exp()
+        k3 = r - 1.0 - log_ratio.detach().float()
+        sums = [(entropies * m).sum(), m.sum(), (k3 * m).sum(), (r * m).sum(), (r * r * m).sum()]
         if per_token_kl is not None:
             sums.append((per_token_kl * m).sum())
         totals = self.accelerator.reduce(torch.stack(sums).float(), reduction="sum")
@@ -252,7 +262,10 @@ class MethodGRPOTrainer(GRPOTrainer):
         totals = totals.tolist()
         denom = max(totals[1], 1.0)
         self._metrics[mode]["entropy"].append(totals[0] / denom)
+        self._metrics[mode]["behaviour_kl"].append(totals[2] / denom)
+        mean_r = totals[3] / denom
+        self._metrics[mode]["ratio_std"].append(max(totals[4] / denom - mean_r * mean_r, 0.0) ** 0.5)
         if per_token_kl is not None:
-            self._metrics[mode]["kl"].append(totals[2] / denom)
+            self._metrics[mode]["kl"].append(totals[5] / denom)
         for k, v in zip(names, values, strict=True):
             self._metrics[mode][f"method/{k}"].append(v)

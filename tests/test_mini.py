@@ -22,8 +22,11 @@ SMOKE = [
     "rl.seeds=[0]",
     "rl.groups=[{name: a, cost: 1, sweep: {method: 'clip,pspo'}}, {name: b, cost: 1, sweep: {method: pspo, method.alpha: '0.3'}}]",
     "eval.methods=[clip,pspo]",
+    "eval.tags=[]",
     "eval.overrides=['eval=synthetic','temperatures=[0.0,0.8]','n_samples=2','max_new_tokens=16','backend=hf']",
     "aggregate.overrides=['expected_seeds=1']",
+    "aggregate.ablation_tag_prefix=alpha",
+    "aggregate.regime.regime_offpolicy=null",  # no off-policy runs here
 ]
 
 
@@ -36,8 +39,27 @@ def test_config_composes_and_run_list():
     runs = mini.rl_runs(cfg)
     methods = {m for m, t, _ in runs if not t}
     assert methods == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
-    assert len(runs) == 7 * 3 + 4 * 3  # 7 methods + alpha 0.2..0.5, 3 seeds each
-    assert {t for _, t, _ in runs} == {"", "alpha0.2", "alpha0.3", "alpha0.4", "alpha0.5"}
+    assert len(runs) == 7 * 3 + 3 * 2  # 7 methods x 3 seeds; clip, pspo, noclip off-policy x 2 seeds
+    assert {t for _, t, _ in runs} == {"", "offpolicy"}
+    jobs = {j.name: j.cmd for j in mini.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
+    assert (
+        "experiment=mini_offpolicy" in jobs["rl-offpolicy_a"]
+        and "run_tag=offpolicy" in jobs["rl-offpolicy_a"]
+    )
+    assert "seed=0,1" in jobs["rl-offpolicy_a"] and "seed=0,1,2" in jobs["rl-main_a"]
+    assert all("data.prompt_template=none" in cmd for cmd in jobs.values())
+
+
+def test_study_config_composes():
+    cfg = compose_config(PROJECT_ROOT / "conf", "study", [])
+    runs = mini.rl_runs(cfg)
+    assert str(cfg.root) == "results/study"
+    assert {m for m, t, _ in runs if t == "offpolicy"} == {
+        "clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"
+    }  # fmt: skip
+    alpha = sorted(t for m, t, s in mini.ablation_runs(cfg) if s == 0)
+    assert alpha == [f"offpolicy-alpha0.{a}_max_grad_norm0.2" for a in range(1, 6)]
+    assert ("noclip", "offpolicy-num_iterations2", 2) in runs
 
 
 def test_tagging_overrides_are_refused(tmp_path):
@@ -78,7 +100,8 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     table = (root / "main_reward_acc.md").read_text()
     assert "GR-PSPO" in table and "GRPO-clip" in table and "Base model" in table
     ablation = (root / "alpha_ablation.md").read_text()
-    assert "0.1" in ablation and "0.3" in ablation  # the main pspo run is the alpha = 0.1 row
+    assert "0.3" in ablation  # the ablation's runs only (tag prefix alpha), not the main pspo run
+    assert "pspo" in (root / "regime_main.md").read_text()
 
     # A rerun skips every stage (markers match) and changes nothing.
     before = (root / "main_reward_acc.md").read_text()
@@ -98,10 +121,15 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "done already" not in out
     assert (root / "work" / "committed" / "runs").is_dir() and (root / "work" / "sft" / "model").is_dir()
-    vs = timings["vs_committed"]
+    vs = timings["vs_committed"]["bitwise"]
     assert vs["different"] == [] and vs["missing"] == [], vs
     assert vs["identical"] == {"tables": 5, "runs": 3, "cells": 6}, vs
-    assert "matches the committed copy" in mini.summary(root, timings)
+    agreement = timings["vs_committed"]["agreement"]
+    assert agreement["groups"] == 3 * 2 * 2 and agreement["disagree"] == [], (
+        agreement
+    )  # 3 models x 2 T x 2 metrics
+    text = mini.summary(root, timings)
+    assert "bitwise identical to the committed copy" in text and "agrees with the committed copy" in text
 
 
 def test_committed_copy_comparison_names_what_differs(tmp_path):
@@ -121,7 +149,60 @@ def test_committed_copy_comparison_names_what_differs(tmp_path):
     assert report["identical"] == {"tables": 4, "runs": 0, "cells": 1}
     assert report["different"] == ["runs/m/clip/seed0/metrics.jsonl"]
     assert report["missing"] == ["alpha_ablation.csv"]
-    assert mini_committed.describe(report).startswith("differs from the committed copy")
+    assert mini_committed.describe(report).startswith("not bitwise identical")
+
+
+def _cells(tree, method, values, correct_of=None, temperature=0.0, n=200):
+    """Evaluation cells of one (method, T) group, one per seed, with reward_acc = value."""
+    for seed, v in enumerate(values):
+        cell = tree / "eval" / "m" / method / f"seed{seed}" / "synthetic" / f"T{temperature:.1f}.json"
+        cell.parent.mkdir(parents=True, exist_ok=True)
+        cell.write_text(json.dumps({
+            "model": "m", "method": method, "tag": "", "dataset": "synthetic", "temperature": temperature,
+            "seed": seed, "num_prompts": n, "n_samples": 1, "metrics": {"reward_acc": v},
+        }))  # fmt: skip
+
+
+def test_agreement_within_seed_variance(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    # Another machine: every seed moved a little (as the SFT model does across CPUs); the base model is
+    # one model, 83/200 vs 88/200 (the issue's 41.5% vs 44.0%): within sampling noise.
+    _cells(old, "clip", [0.50, 0.56, 0.53])
+    _cells(new, "clip", [0.52, 0.49, 0.55])
+    _cells(old, "baseline", [0.415])
+    _cells(new, "baseline", [0.44])
+    report = mini_committed.agreement(old, new, metrics=("reward_acc",))
+    assert report["groups"] == 2 and report["disagree"] == [] and report["only_one_side"] == []
+    assert mini_committed.describe_agreement(report).startswith("agrees with the committed copy")
+
+
+def test_agreement_names_the_cells_that_disagree(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    _cells(old, "clip", [0.50, 0.51, 0.52])
+    _cells(new, "clip", [0.70, 0.71, 0.72])  # 20 points off with a 1-point seed spread
+    _cells(old, "noclip", [0.40, 0.45, 0.50])
+    _cells(new, "noclip", [0.41, 0.46, 0.49])
+    _cells(old, "baseline", [0.20])
+    _cells(new, "baseline", [0.45])  # 40/200 vs 90/200: Fisher p ~ 1e-7
+    _cells(old, "sapo", [0.3, 0.3])  # only in the committed copy
+    report = mini_committed.agreement(old, new, metrics=("reward_acc",))
+    assert report["groups"] == 3
+    assert sorted(d["cell"] for d in report["disagree"]) == [
+        "m/baseline/synthetic/T0.0/reward_acc",
+        "m/clip/synthetic/T0.0/reward_acc",
+    ]
+    assert {d["test"] for d in report["disagree"]} == {"welch", "fisher"}
+    assert len(report["only_one_side"]) == 1
+    line = mini_committed.describe_agreement(report)
+    assert line.startswith("does NOT agree") and "m/clip/synthetic/T0.0/reward_acc 0.510->0.710" in line
+
+
+def test_agreement_of_identical_copies(tmp_path):
+    # A same-machine rerun: identical per-seed values (zero variance on both sides) agree.
+    old, new = tmp_path / "old", tmp_path / "new"
+    for tree in (old, new):
+        _cells(tree, "clip", [0.5, 0.5, 0.5])
+    assert mini_committed.agreement(old, new, metrics=("reward_acc",))["disagree"] == []
 
 
 def test_set_aside_only_without_work_folder(tmp_path):
@@ -136,3 +217,46 @@ def test_set_aside_only_without_work_folder(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["work"]
     assert sorted(p.name for p in dest.iterdir()) == ["main_reward_acc.md", "runs"]
     assert mini_committed.set_aside(tmp_path / "empty") is None
+
+
+def test_premature_answer_habit():
+    from pspo_repro.sft import premature_answer, with_habit
+    from pspo_repro.synthetic import generate
+
+    sol = "The boxes have 4 * 6 = 24 cookies.\nSam has 24 + 11 = 35 cookies altogether.\n#### 35"
+    assert premature_answer(sol).endswith("altogether.\n#### 4")
+    assert premature_answer("no answer line") == "no answer line"
+    problems = generate({"train": 400, "validation": 0, "test": 0})["train"]
+    changed = [a for a, b in zip(problems, with_habit(problems, 0.7, seed=0), strict=True) if a != b]
+    assert 0.6 < len(changed) / len(problems) < 0.8  # seeded: ~70% of the solutions
+    assert with_habit(problems, 0.7, seed=0) == with_habit(problems, 0.7, seed=0)
+    assert with_habit(problems, 0.0, seed=0) == problems
+    with pytest.raises(ValueError, match="habit_frac"):
+        with_habit(problems, 1.5, seed=0)
+
+
+def test_regime_run_stats(tmp_path):
+    from pspo_repro import regime
+
+    rows = [
+        # a fresh rollout (ratio 1) then a reused one; the reward falls below half: a collapse
+        {"step": 1, "num_tokens": 10, "train/loss": 0.1, "train/reward": 0.4, "train/grad_norm": 0.5,
+         "method/zero_grad_frac": 0.0, "method/ratio_max": 1.0, "train/behaviour_kl": 0.0, "train/ratio_std": 0.0},
+        {"step": 2, "num_tokens": 10, "train/loss": 0.1, "train/grad_norm": 1.5, "method/zero_grad_frac": 0.2,
+         "method/ratio_max": 1.3, "train/behaviour_kl": 0.02, "train/ratio_std": 0.1, "eval/reward": 0.3},
+        {"step": 3, "num_tokens": 20, "train/loss": 0.1, "train/reward": 0.1, "train/grad_norm": 0.5,
+         "method/zero_grad_frac": 0.0, "method/ratio_max": 1.0, "train/behaviour_kl": 0.0, "train/ratio_std": 0.0},
+        {"step": 4, "num_tokens": 20, "train/loss": 0.1, "train/reward": 0.05, "train/grad_norm": 0.5,
+         "method/zero_grad_frac": 0.4, "method/ratio_max": 2.0, "train/behaviour_kl": 0.04, "train/ratio_std": 0.3,
+         "eval/reward": 0.1},
+    ]  # fmt: skip
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = regime.run_stats(path, max_grad_norm=1.0)
+    assert s["zero_grad"] == pytest.approx(0.15) and s["zero_grad_reuse"] == pytest.approx(0.3)
+    assert s["behaviour_kl"] == pytest.approx(0.03) and s["ratio_std"] == pytest.approx(0.2)
+    assert s["grad_clipped"] == pytest.approx(0.25)
+    assert (s["val_first"], s["val_last"]) == (0.3, 0.1)
+    assert s["reward_fell"]  # last-quarter reward 0.05 < half of the first three logged rewards' mean 0.183
+    assert regime.main(["results_dir=" + str(tmp_path), "out_dir=" + str(tmp_path), "bogus=1"]) == 2
+    assert regime.main(["results_dir=" + str(tmp_path), "out_dir=" + str(tmp_path)]) == 1  # no runs

@@ -21,7 +21,8 @@ def _compose(overrides: list[str]):
 
 def test_config_composes_with_defaults(results_root):
     cfg = _compose([])
-    assert cfg.prompt_template == "paper" and cfg.model.arch.hidden_size == 128
+    assert cfg.prompt_template == "none" and cfg.model.arch.hidden_size == 128
+    assert cfg.data.habit_frac == 0.7  # the premature-answer habit (sft.with_habit)
     assert cfg.data.n_train == 2000 and cfg.data.n_val == 200
     assert sft.default_out_dir() == results_root / "mini" / "work" / "sft"
 
