@@ -365,6 +365,8 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
         num_train_epochs=t.num_train_epochs,
         eval_strategy="steps" if do_eval else "no",
         eval_steps=t.eval_steps if do_eval else None,
+        # A step-0 validation is logged only: HF's eval_on_start does not enter best-checkpoint selection.
+        eval_on_start=do_eval and bool(t.get("eval_on_start")),
         per_device_eval_batch_size=t.per_device_eval_batch_size or t.per_device_train_batch_size,
         save_strategy="steps",
         save_steps=t.save_steps,
@@ -567,6 +569,8 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     main_process = is_main_process()  # only it writes run.json and metrics.jsonl
     if main_process:
         truncate_metrics(folder / "metrics.jsonl", step0)
+    if resume:
+        args.eval_on_start = False  # the curve's step-0 point is logged already; no duplicate at step0
     record = {
         "schema_version": 1,
         "model": cfg.model.name,

@@ -40,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="math")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--slowest", type=int, default=10, help="print the N slowest responses")
     args = parser.parse_args()
 
     from pspo_repro import grading
@@ -47,13 +48,14 @@ def main() -> None:
 
     problems = [p for p in load_benchmark(args.dataset, limit=args.limit) if p.solution]
     grading._warm_up()
-    times, timeouts, right, wrong_accepted = [], 0, 0, 0
+    times, timeouts, right, wrong_accepted, labels = [], 0, 0, 0, []
     start = time.monotonic()
     for k, p in enumerate(problems):
         for correct, text in ((True, p.solution), (False, _wrong(p.solution, p.answer))):
             t0 = time.perf_counter()
             g = grading.grade(text, p.answer, p.answer_kind)
             times.append(time.perf_counter() - t0)
+            labels.append((k, "reference" if correct else "wrong", p.answer, g.timed_out))
             timeouts += g.timed_out
             if correct:
                 right += g.reward_correct
@@ -73,6 +75,10 @@ def main() -> None:
         f"reference solutions reward-correct: {right / len(problems):.4f}; "
         f"wrong answers accepted (reward): {wrong_accepted}; total {time.monotonic() - start:.0f} s"
     )
+    # The items behind the tail, so an overshoot of the bound can be traced to its input.
+    for i in np.argsort(t)[::-1][: args.slowest]:
+        k, which, gold, hit = labels[i]
+        print(f"  slow: {t[i]:.3f} s  problem {k} ({which} response, gold {gold[:60]!r}, hit the bound: {hit})")
 
 
 if __name__ == "__main__":

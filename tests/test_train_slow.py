@@ -135,3 +135,21 @@ def test_resume_matches_straight_run(results_root, tmp_path, monkeypatch):
     assert steps == [1, 2, 3, 4]
     # and once finished, the same command is reported and skipped
     assert _run(common) == resumed
+
+
+def test_eval_on_start_logs_the_base_point_once(results_root, monkeypatch, tmp_path):
+    """trainer.eval_on_start: a step-0 validation at 0 tokens (the curve's base point), kept out of
+    checkpoint selection and not repeated when a stopped run resumes."""
+    common = [
+        "method=clip", "trainer.max_steps=4", "trainer.eval_steps=2", "trainer.eval_limit=2",
+        "trainer.eval_on_start=true",
+    ]  # fmt: skip
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "r"))
+    stopped = _run([*common, "trainer.stop_after_step=2"])
+    resumed = _run(common)
+    assert resumed == stopped
+    rows = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["num_tokens"]) for r in rows if "eval/reward" in r]
+    assert [s for s, _ in evals] == [0, 2, 4] and evals[0][1] == 0
+    run = json.loads((resumed / "run.json").read_text())
+    assert run["best_checkpoint"] in ("checkpoint-2", "checkpoint-4")
