@@ -273,34 +273,60 @@ def _hydra_quote(path: Path) -> str:
     return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _n_samples(overrides: list[str]) -> int:
+    """The last ``n_samples=`` among evaluate overrides (conf/evaluate.yaml's 16 when none)."""
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith("n_samples=")]
+    try:
+        return int(found[-1]) if found else 16
+    except ValueError:
+        raise StageError(f"eval overrides: n_samples must be an integer, got {found[-1]!r}") from None
+
+
 def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     """Evaluation multiruns over the finished main runs, split in ``parallel`` parts, and the baseline.
 
+    ``eval.method_overrides`` adds settings for the untagged runs of some methods (``baseline``: the SFT
+    model), e.g. the paper's 16 samples for the pair a paired comparison reads; runs with the same
+    additions share jobs.
     Returns the jobs and the number of models evaluated (for the progress total).
     """
     methods, tags = set(cfg.eval.methods), {"", *map(str, cfg.eval.get("tags") or [])}
-    runs = [run_dir_of(root, m, t, s) for m, t, s in rl_runs(cfg) if m in methods and t in tags]
-    missing = [str(r) for r in runs if run_status(r) != "finished"]
+    extra = {str(k): [str(o) for o in v] for k, v in (cfg.eval.get("method_overrides") or {}).items()}
+    unknown = sorted(set(extra) - methods - {"baseline"})
+    if unknown:
+        raise StageError(
+            f"eval.method_overrides: {', '.join(unknown)} not in eval.methods ({', '.join(sorted(methods))}) or baseline"
+        )
+    runs = [(m, t, run_dir_of(root, m, t, s)) for m, t, s in rl_runs(cfg) if m in methods and t in tags]
+    missing = [str(r) for _, _, r in runs if run_status(r) != "finished"]
     if missing:
         raise StageError(f"eval: runs not finished (rerun the rl stage): {', '.join(missing)}")
     common = [f"prompt_template={cfg.prompt_template}", *map(str, cfg.eval.overrides)]
     parts = max(1, int(cfg.parallel))
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for m, t, r in runs:  # the untagged main runs only: the tagged regimes keep the common settings
+        groups.setdefault(tuple(extra.get(m, []) if not t else []), []).append(r)
     jobs = []
-    for i in range(parts):
-        chunk = runs[i::parts]
-        if not chunk:
-            continue
-        cmd = [
-            sys.executable, "-m", "pspo_repro.evaluate", "-m",
-            "run=" + ",".join(_hydra_quote(r) for r in chunk),
-            f"hydra.sweep.dir={root / 'work' / 'hydra' / f'eval-{i}'}",
-            *common,
-        ]  # fmt: skip
-        jobs.append(Job(f"eval-{i}", cmd, float(len(chunk))))
+    for g, (added, folders) in enumerate(groups.items()):
+        # Cost ~ completions per model: 1 greedy + n samples per prompt at each sampled temperature.
+        per_model = 1 + _n_samples([*common, *added])
+        for i in range(parts):
+            chunk = folders[i::parts]
+            if not chunk:
+                continue
+            name = f"eval-{i}" if g == 0 else f"eval-{g}-{i}"
+            cmd = [
+                sys.executable, "-m", "pspo_repro.evaluate", "-m",
+                "run=" + ",".join(_hydra_quote(r) for r in chunk),
+                f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
+                *common, *added,
+            ]  # fmt: skip
+            jobs.append(Job(name, cmd, float(len(chunk) * per_model)))
     n = len(runs)
     if cfg.eval.baseline:
-        cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *common]
-        jobs.append(Job("eval-baseline", cmd, 1.0))
+        added = extra.get("baseline", [])
+        cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *common, *added]
+        jobs.append(Job("eval-baseline", cmd, float(1 + _n_samples([*common, *added]))))
         n += 1
     return jobs, n
 

@@ -24,6 +24,7 @@ SMOKE = [
     "eval.methods=[clip,pspo]",
     "eval.tags=[]",
     "eval.overrides=['eval=synthetic','temperatures=[0.0,0.8]','n_samples=2','max_new_tokens=16','backend=hf']",
+    "eval.method_overrides={}",
     "aggregate.overrides=['expected_seeds=1']",
     "aggregate.ablation_tag_prefix=alpha",
     "aggregate.regime.regime_offpolicy=null",  # no off-policy runs here
@@ -39,7 +40,7 @@ def test_config_composes_and_run_list():
     runs = mini.rl_runs(cfg)
     methods = {m for m, t, _ in runs if not t}
     assert methods == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
-    assert len(runs) == 7 * 3 + 3 * 2  # 7 methods x 3 seeds; clip, pspo, noclip off-policy x 2 seeds
+    assert len(runs) == 7 * 3 + 2 * 2  # 7 methods x 3 seeds; clip, pspo off-policy x 2 seeds
     assert {t for _, t, _ in runs} == {"", "offpolicy"}
     jobs = {j.name: j.cmd for j in mini.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
     assert (
@@ -60,6 +61,35 @@ def test_study_config_composes():
     alpha = sorted(t for m, t, s in mini.ablation_runs(cfg) if s == 0)
     assert alpha == [f"offpolicy-alpha0.{a}_max_grad_norm0.2" for a in range(1, 6)]
     assert ("noclip", "offpolicy-num_iterations2", 2) in runs
+
+
+def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
+    """conf/mini.yaml: the base model and the paired pair (pspo, clip) at the paper's 16 samples, the rest at 4."""
+    cfg = _compose([f"root={tmp_path}"])
+    for m, t, s in mini.rl_runs(cfg):
+        folder = mini.run_dir_of(tmp_path, m, t, s)
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps({"status": "finished"}))
+    jobs, n = mini.eval_jobs(cfg, tmp_path)
+    assert n == 7 * 3 + 2 * 2 + 1
+    samples = {}
+    for job in jobs:
+        k = [a for a in job.cmd if a.startswith("n_samples=")][-1]
+        runs = next((a for a in job.cmd if a.startswith("run=")), "run=baseline")
+        for part in runs[4:].split(","):
+            samples[part.strip("'").split("/mini_sft/")[-1]] = k
+    assert samples["baseline"] == "n_samples=16"
+    main16 = {v for k, v in samples.items() if k.startswith(("clip/", "pspo/")) and "offpolicy" not in k}
+    assert main16 == {"n_samples=16"}
+    # Tagged runs keep the common settings.
+    assert {v for k, v in samples.items() if "offpolicy" in k} == {"n_samples=4"}
+    assert {v for k, v in samples.items() if k.startswith(("sapo/", "noclip/", "topr/"))} == {"n_samples=4"}
+    costs = {j.name: j.cost for j in jobs}
+    # Cost: 1 greedy + n samples per model; clip and pspo's 6 runs in 2 jobs.
+    assert costs["eval-baseline"] == 17 and costs["eval-0"] == 3 * 17
+    bad = _compose([f"root={tmp_path}", "+eval.method_overrides.grpo=['n_samples=2']"])
+    with pytest.raises(mini.StageError, match="grpo"):
+        mini.eval_jobs(bad, tmp_path)
 
 
 def test_tagging_overrides_are_refused(tmp_path):
