@@ -24,7 +24,7 @@ SMOKE = [
     "eval.methods=[clip,pspo]",
     "eval.tags=[]",
     "eval.overrides=['eval=synthetic','temperatures=[0.0,0.8]','n_samples=2','max_new_tokens=16','backend=hf']",
-    "eval.method_overrides={}",
+    "eval.method_overrides=null",  # ({} would merge into conf/mini.yaml's entries, not replace them)
     "aggregate.overrides=['expected_seeds=1']",
     "aggregate.ablation_tag_prefix=alpha",
     "aggregate.regime.regime_offpolicy=null",  # no off-policy runs here
