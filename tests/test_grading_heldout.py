@@ -131,14 +131,20 @@ def test_numeric_gold_never_reaches_math_verify(monkeypatch):
     assert calls == []
 
 
-def test_one_response_has_a_total_time_bound(monkeypatch):
+def _slow_math_verify(monkeypatch, seconds: float, verdict: bool) -> None:
+    """Replace math-verify by a call that takes ``seconds`` (warm, empty cache), as a pathological input would."""
+
     def slow(pred, gold):
-        time.sleep(10)
-        return False
+        time.sleep(seconds)
+        return verdict
 
     monkeypatch.setattr(grading, "_mv_verify", slow)
     monkeypatch.setattr(grading, "_MV_CACHE", {})
     monkeypatch.setattr(grading, "_warmed", True)
+
+
+def test_one_response_has_a_total_time_bound(monkeypatch):
+    _slow_math_verify(monkeypatch, 10, False)
     spans = " ".join(f"$\\sqrt{{{i}}} + y_{{{i}}}$" for i in range(64))
     start = time.monotonic()
     g = grade(spans + r" \boxed{x+1}", r"x^2+2", "latex", budget_s=0.5)
@@ -150,13 +156,7 @@ def test_one_response_has_a_total_time_bound(monkeypatch):
 def test_time_bound_off_the_main_thread(monkeypatch):
     import threading
 
-    def slow(pred, gold):
-        time.sleep(3)
-        return True
-
-    monkeypatch.setattr(grading, "_mv_verify", slow)
-    monkeypatch.setattr(grading, "_MV_CACHE", {})
-    monkeypatch.setattr(grading, "_warmed", True)
+    _slow_math_verify(monkeypatch, 3, True)
     out = {}
 
     def run():
