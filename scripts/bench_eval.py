@@ -25,10 +25,10 @@ def main() -> None:
 
     import torch
 
-    from pspo_repro.backends import Request, make_backend, request_seed
-    from pspo_repro.data import load_benchmark
-    from pspo_repro.prompts import render_prompt
-    from pspo_repro.tiny_model import tiny_model_path
+    from pspo_repro.data.datasets import load_benchmark
+    from pspo_repro.data.prompts import render_prompt
+    from pspo_repro.evaluation.backends import Request, make_backend, request_seed
+    from pspo_repro.training.tiny_model import tiny_model_path
 
     torch.set_num_threads(args.threads)
     backend = make_backend("hf", str(tiny_model_path()), batch_size=args.batch_size, device="cpu")

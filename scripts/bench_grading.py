@@ -19,7 +19,7 @@ import numpy as np
 
 def _wrong(solution: str, gold: str) -> str:
     """The solution with its last boxed answer swapped for a wrong one of the same shape."""
-    from pspo_repro.grading import parse_number
+    from pspo_repro.scoring.grading import parse_number
 
     value = parse_number(gold)
     wrong = str(value + 7) if value is not None else f"{gold}+7"
@@ -43,8 +43,8 @@ def main() -> None:
     parser.add_argument("--slowest", type=int, default=10, help="print the N slowest responses")
     args = parser.parse_args()
 
-    from pspo_repro import grading
-    from pspo_repro.data import load_benchmark
+    from pspo_repro.data.datasets import load_benchmark
+    from pspo_repro.scoring import grading
 
     problems = [p for p in load_benchmark(args.dataset, limit=args.limit) if p.solution]
     grading._warm_up()

@@ -28,10 +28,10 @@ def build(method_name: str, which: str, out: Path):
     from hydra.core.global_hydra import GlobalHydra
     from trl import GRPOTrainer
 
-    from pspo_repro import train
-    from pspo_repro.models import load_model, load_tokenizer
-    from pspo_repro.rewards import get_reward
-    from pspo_repro.trainer import MethodGRPOTrainer
+    from pspo_repro.scoring.rewards import get_reward
+    from pspo_repro.training import grpo as train
+    from pspo_repro.training.models import load_model, load_tokenizer
+    from pspo_repro.training.trainer import MethodGRPOTrainer
 
     ov = [
         "model=tiny",

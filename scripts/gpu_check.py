@@ -252,7 +252,7 @@ def pad_tokenizer_json(tokenizer_json: dict[str, Any], vocab_size: int) -> int:
 def model_arch(preset: str, dry_run: bool) -> dict[str, Any]:
     """The architecture: ``conf/model/<preset>.yaml``'s ``arch`` (tiny: pspo_repro.tiny_model.TINY_ARCH)."""
     if dry_run or preset == "tiny":
-        from pspo_repro.tiny_model import TINY_ARCH
+        from pspo_repro.training.tiny_model import TINY_ARCH
 
         return {"model_type": "qwen2", **TINY_ARCH, "vocab_size": DRY_VOCAB}
     import yaml
@@ -268,7 +268,7 @@ def build_model(out_dir: Path, arch: dict[str, Any], dtype: str) -> dict[str, An
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from pspo_repro.tiny_model import tiny_model_path
+    from pspo_repro.training.tiny_model import tiny_model_path
 
     t0 = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -325,7 +325,7 @@ def _cuda_peak() -> dict[str, Any]:
 
 def _wrap_eval(figures: dict[str, Any]) -> None:
     """Time backend construction (model load / engine start) and every ``generate`` call."""
-    import pspo_repro.backends as backends
+    import pspo_repro.evaluation.backends as backends
 
     original = backends.make_backend
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ if "PSPO_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
 
 # A relative PSPO_DATA_DIR (PSPO_DATA_DIR=../shared/data make test) means the folder seen from where pytest
 # started; tests run commands from other folders, so make it absolute now (as importing pspo_repro does).
-from pspo_repro.paths import absolutize_env  # noqa: E402
+from pspo_repro.common.paths import absolutize_env  # noqa: E402
 
 absolutize_env()
 
@@ -42,7 +44,7 @@ def results_root(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_model_dir():
     """Path of the locally built tiny Qwen2 model (built once per cache)."""
-    from pspo_repro.tiny_model import tiny_model_path
+    from pspo_repro.training.tiny_model import tiny_model_path
 
     return tiny_model_path()
 
@@ -54,3 +56,18 @@ def data_dir():
     if not value or not Path(value).is_dir():
         pytest.fail("PSPO_DATA_DIR is not set to the offline data folder (../shared/data)")
     return Path(value)
+
+
+@pytest.fixture(scope="session")
+def entry_main():
+    """``entry_main("train")``: the ``main`` that ``python -m pspo_repro.train`` runs, read from the thin
+    entry module (which only imports and calls it under its main guard)."""
+    package = Path(__file__).resolve().parents[1] / "pspo_repro"
+
+    def resolve(name: str):
+        source = (package / f"{name}.py").read_text()
+        found = re.search(r"^\s+from (pspo_repro\.[\w.]+) import main$", source, re.M)
+        assert found, f"pspo_repro/{name}.py does not run a main"
+        return importlib.import_module(found.group(1)).main
+
+    return resolve

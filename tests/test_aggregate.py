@@ -10,10 +10,11 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from pspo_repro import aggregate, atomic
-from pspo_repro.cli import compose_config
-from pspo_repro.paths import PROJECT_ROOT
-from pspo_repro.results_io import ResultsError
+from pspo_repro.analysis import aggregate
+from pspo_repro.analysis.results_io import ResultsError
+from pspo_repro.common import atomic
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
 
 CONF = str(PROJECT_ROOT / "conf")
 NUM_PROMPTS = 50

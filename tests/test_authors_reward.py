@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pspo_repro import authors_reward as ar
-from pspo_repro.rewards import get_reward
+from pspo_repro.scoring import authors_reward as ar
+from pspo_repro.scoring.rewards import get_reward
 
 BIG = "9" * 400
 # (gold as the authors pass it, completion, their reward, branch)

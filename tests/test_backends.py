@@ -7,8 +7,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pspo_repro.backends import Request, make_backend, request_seed, resolve_backend_name, stop_token_ids
-from pspo_repro.backends.vllm_backend import build_sampling_params
+from pspo_repro.evaluation.backends import (
+    Request,
+    make_backend,
+    request_seed,
+    resolve_backend_name,
+    stop_token_ids,
+)
+from pspo_repro.evaluation.backends.vllm_backend import build_sampling_params
 
 
 @dataclass
@@ -81,7 +87,7 @@ def test_backend_auto_picks_vllm_only_with_cuda_and_logs_it(
 ):
     import torch
 
-    import pspo_repro.backends as backends
+    import pspo_repro.evaluation.backends as backends
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -90,7 +96,7 @@ def test_backend_auto_picks_vllm_only_with_cuda_and_logs_it(
         lambda name, *a: (object() if has_vllm else None) if name == "vllm" else real_find_spec(name, *a),
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: has_cuda)
-    with caplog.at_level("INFO", logger="pspo_repro.backends"):
+    with caplog.at_level("INFO", logger="pspo_repro.evaluation.backends"):
         assert resolve_backend_name("auto") == expected
     assert f"backend=auto chose {expected}" in caplog.text
 
@@ -101,7 +107,7 @@ def test_backend_selection():
 
 
 def _requests(tok, questions, temperature, n):
-    from pspo_repro.prompts import render_prompt
+    from pspo_repro.data.prompts import render_prompt
 
     out = []
     for i, q in enumerate(questions):

@@ -8,7 +8,6 @@ machines. A sample of them also runs as real subprocesses (``slow``), started to
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -326,8 +325,8 @@ def no_model(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a model was loaded for bad input")
 
-    import pspo_repro.backends as backends
-    import pspo_repro.models as models
+    import pspo_repro.evaluation.backends as backends
+    import pspo_repro.training.models as models
 
     monkeypatch.setattr(models, "load_model", boom)
     monkeypatch.setattr(models, "load_tokenizer", boom)
@@ -335,15 +334,15 @@ def no_model(monkeypatch):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_bad_input_in_process(case, tmp_path, tiny_model_dir, monkeypatch, capsys, no_model):
+def test_bad_input_in_process(case, tmp_path, tiny_model_dir, monkeypatch, capsys, no_model, entry_main):
     argv, env, results = _prepare(case, tmp_path, tiny_model_dir)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     before, sandbox = _snapshot(results), _outside(tmp_path)
-    module = importlib.import_module(f"pspo_repro.{case[1]}")
+    main = entry_main(case[1])
     monkeypatch.setattr(sys, "argv", [f"pspo_repro.{case[1]}", *argv])
     with pytest.raises(SystemExit) as exc:
-        module.main()
+        main()
     _check(case, exc.value.code, capsys.readouterr().err, before, results)
     assert _outside(tmp_path) == sandbox, "something was written outside results/ (an escaping path?)"
 
@@ -401,7 +400,7 @@ def test_bad_input_subprocess(name, subprocess_runs):
 def test_train_tokenizer_that_cannot_load_writes_nothing(tmp_path, monkeypatch, capsys):
     """The tokenizer loads before the run folder (and its lock) is made: a folder without tokenizer files is
     one line naming it, and results/ stays empty."""
-    from pspo_repro import train
+    from pspo_repro.training import grpo as train
 
     empty = tmp_path / "no_tokenizer"
     empty.mkdir()

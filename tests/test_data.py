@@ -6,15 +6,8 @@ import json
 
 import pytest
 
-from pspo_repro.data import (
-    DATASETS,
-    DataError,
-    DatasetSpec,
-    Problem,
-    load_benchmark,
-    load_train_val,
-    register_dataset,
-)
+from pspo_repro.data.datasets import DATASETS, load_benchmark, load_train_val, register_dataset
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pspo_repro import train
-from pspo_repro.cli import compose_config, compose_error
+from pspo_repro.common.cli import compose_config, compose_error
+from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.methods import RESERVED_KEYS, get_spec, list_methods, parse_method_config, registry
-from pspo_repro.paths import PROJECT_ROOT
-from pspo_repro.train import CONF_DIR, UsageError
+from pspo_repro.training import grpo as train
+from pspo_repro.training.grpo import CONF_DIR, UsageError
 
 DOC = PROJECT_ROOT / "docs" / "adding_a_method.md"
 NAME = "my_spo"

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pspo_repro.cli import compose_config, compose_error
-from pspo_repro.paths import PROJECT_ROOT
-from pspo_repro.train import CONF_DIR
+from pspo_repro.common.cli import compose_config, compose_error
+from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.training.grpo import CONF_DIR
 
 FAST_TIMEOUT_S = 180
 SLOW_TIMEOUT_S = 900
@@ -168,7 +168,7 @@ def test_methods_doc_shows_overrides():
 def test_methods_doc_override_composes_and_validates(override, results_root):
     """What the CLI checks before training, in process: group choices, composition, method parameters."""
 
-    from pspo_repro import train
+    from pspo_repro.training import grpo as train
 
     ov = shlex.split(override)
     train.check_group_choices(ov)

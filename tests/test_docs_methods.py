@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.methods import list_methods, validate_params
-from pspo_repro.paths import PROJECT_ROOT
 
 DOC = PROJECT_ROOT / "docs" / "methods.md"
 

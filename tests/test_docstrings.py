@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pspo_repro.paths import PROJECT_ROOT
+from pspo_repro.common.paths import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "pspo_repro"
 Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pspo_repro import evaluate as ev
-from pspo_repro.data import DataError
+from pspo_repro.data.problems import DataError
+from pspo_repro.evaluation import evaluator as ev
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +207,7 @@ def test_sweep_rerun_and_resume_give_identical_files(results_root, tmp_path, mon
     def no_backend(*a, **k):
         raise AssertionError("a finished sweep must not load the model")
 
-    monkeypatch.setattr("pspo_repro.backends.make_backend", no_backend)
+    monkeypatch.setattr("pspo_repro.evaluation.backends.make_backend", no_backend)
     ev.evaluate(_cfg(*SWEEP))
     assert _files(results_root) == reference
     monkeypatch.undo()

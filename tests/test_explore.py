@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pspo_repro.cli import compose_config
-from pspo_repro.paths import PROJECT_ROOT
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
 
 CONF = str(PROJECT_ROOT / "conf")
 REDUCED = ["methods=[clip,pspo,sapo,dppo_binary_tv]", "epochs=6", "curves.points=121", "mask_points=41"]

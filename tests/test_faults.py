@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pspo_repro import atomic
+from pspo_repro.common import atomic
 
 PROJECT = Path(__file__).resolve().parents[1]
 FAULT_SEED = int(os.environ.get("PSPO_FAULT_SEED", "0"))
@@ -51,14 +51,14 @@ def _env(results: Path, **extra) -> dict[str, str]:
 
 
 def _compose_train(overrides):
-    from pspo_repro.cli import compose_config
-    from pspo_repro.train import CONF_DIR
+    from pspo_repro.common.cli import compose_config
+    from pspo_repro.training.grpo import CONF_DIR
 
     return compose_config(CONF_DIR, "train", list(overrides))
 
 
 def _train_in_process(overrides, results: Path) -> Path:
-    from pspo_repro import train
+    from pspo_repro.training import grpo as train
 
     ov = [*overrides, f"paths.results_dir={results}"]
     return train.run(_compose_train(ov), ov)
@@ -160,7 +160,7 @@ def _ckpt_with_marker(folder: Path, step: int, tensor_value: float = 1.0) -> Pat
     import torch
     from safetensors.torch import save_file
 
-    from pspo_repro.run_dir import write_checkpoint_marker
+    from pspo_repro.common.run_dir import write_checkpoint_marker
 
     ckpt = folder / f"checkpoint-{step}"
     ckpt.mkdir(parents=True)
@@ -184,7 +184,7 @@ def _ckpt_with_marker(folder: Path, step: int, tensor_value: float = 1.0) -> Pat
     ],
 )
 def test_damaged_latest_checkpoint_is_detected_and_set_aside(tmp_path, caplog, damage, named):
-    from pspo_repro.run_dir import checkpoint_problems, last_checkpoint
+    from pspo_repro.common.run_dir import checkpoint_problems, last_checkpoint
 
     good = _ckpt_with_marker(tmp_path, 2)
     bad = _ckpt_with_marker(tmp_path, 4)
@@ -255,7 +255,7 @@ NAN_RUN = [*TRAIN, "method.name=test_nan_step3"]
 
 @pytest.mark.slow
 def test_nonfinite_loss_stops_naming_step_and_last_good_checkpoint(tmp_path, nan_method):
-    from pspo_repro.train import UsageError
+    from pspo_repro.training.grpo import UsageError
 
     results = tmp_path / "results"
     with pytest.raises(UsageError) as err:
@@ -315,7 +315,7 @@ def _cell_files(results: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def reference_sweep(tmp_path_factory, tiny_model_dir):
     """The uninterrupted sweep's final files (in this process)."""
-    from pspo_repro import evaluate as ev
+    from pspo_repro.evaluation import evaluator as ev
 
     results = tmp_path_factory.mktemp("ref-sweep") / "results"
     mp = pytest.MonkeyPatch()
@@ -389,7 +389,7 @@ def test_two_processes_on_one_cell_do_the_work_once(tmp_path, reference_sweep):
 # Runs the aggregator and SIGKILLs it at the n-th atomic replace: the temp file is whole, not yet moved.
 KILL_AT_REPLACE = """
 import os, signal, sys
-import pspo_repro.atomic as a
+import pspo_repro.common.atomic as a
 n = [int(sys.argv[1])]
 real = os.replace
 def replace(src, dst):
@@ -399,7 +399,7 @@ def replace(src, dst):
     return real(src, dst)
 a.os = type(sys)("os_shim"); a.os.__dict__.update(os.__dict__); a.os.replace = replace
 sys.argv = ["pspo_repro.aggregate", *sys.argv[2:]]
-from pspo_repro import aggregate
+from pspo_repro.analysis import aggregate
 aggregate.main()
 """
 
@@ -430,8 +430,8 @@ def _agg_tree(root: Path, shift: float) -> None:
 
 
 def _aggregate_in_process(results: Path, out: Path) -> dict[str, bytes]:
-    from pspo_repro import aggregate
-    from pspo_repro.cli import compose_config
+    from pspo_repro.analysis import aggregate
+    from pspo_repro.common.cli import compose_config
 
     aggregate.run(compose_config(PROJECT / "conf", "aggregate", [f"results_dir={results}", f"out_dir={out}"]))
     return {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}
@@ -468,7 +468,7 @@ def test_sigkill_during_aggregation_leaves_every_output_whole(tmp_path):
             assert data in (old[name], new[name]), f"{name} is neither the old nor the new version"
     # As a set: the next aggregation (here its first step alone) finishes a cut switch or keeps the old set,
     # and removes every temporary the kill left.
-    from pspo_repro.aggregate import OUTPUT_SUFFIXES
+    from pspo_repro.analysis.aggregate import OUTPUT_SUFFIXES
 
     atomic.recover_set(out, OUTPUT_SUFFIXES)
     now = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -523,15 +523,15 @@ def test_failed_write_keeps_previous_file_and_names_path(tmp_path, monkeypatch, 
         elif writer == "write_text":
             atomic.write_text(target, "new text")
         elif writer == "completions":
-            from pspo_repro.evaluate import write_completions
+            from pspo_repro.evaluation.evaluator import write_completions
 
             write_completions(target, [{"id": "p", "samples": []}])
         elif writer == "aggregate":
-            from pspo_repro.aggregate import Outputs, write_outputs
+            from pspo_repro.analysis.aggregate import Outputs, write_outputs
 
             write_outputs(Outputs(files={target: "new table"}))
         else:
-            from pspo_repro.run_dir import write_run_json
+            from pspo_repro.common.run_dir import write_run_json
 
             write_run_json(target.parent, {"status": "running"})
     assert str(target) in str(err.value)

@@ -83,8 +83,8 @@ def test_padded_tiny_tokenizer_keeps_its_ids(tiny_model_dir, tmp_path):
 def test_overrides_compose_against_the_project_configs(tmp_path):
     """The keys gpu_check passes exist in conf/ (a renamed trainer key fails here, not on the GPU)."""
 
-    from pspo_repro import cli
-    from pspo_repro.evaluate import compose_config
+    from pspo_repro.common import cli
+    from pspo_repro.evaluation.evaluator import compose_config
 
     for dry in (False, True):
         a = gc.parse_args(["--dry-run"] if dry else [])

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from pspo_repro.data import load_benchmark
-from pspo_repro.grading import (
+from pspo_repro.data.datasets import load_benchmark
+from pspo_repro.scoring.grading import (
     answers_equivalent,
     extract_final_answer,
     final_answer_key,

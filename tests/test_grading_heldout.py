@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pspo_repro import grading
-from pspo_repro.grading import (
+from pspo_repro.scoring import grading
+from pspo_repro.scoring.grading import (
     answers_equivalent,
     extract_final_answer,
     gold_tolerance,
@@ -36,7 +36,7 @@ def test_gsm_hard_exponent_golds_parse_and_compare(gold, written, ok):
 
 
 def test_every_gsm_hard_gold_parses(data_dir):
-    from pspo_repro.data import load_benchmark
+    from pspo_repro.data.datasets import load_benchmark
 
     bad = [p.answer for p in load_benchmark("gsm_hard") if parse_number(p.answer) is None]
     assert bad == []
@@ -229,9 +229,9 @@ def test_gsm_hard_sweep_finishes_with_exponent_golds(results_root, monkeypatch):
     that answers every gold written as a plain decimal: nothing aborts and everything is graded right."""
     from decimal import Decimal
 
-    from pspo_repro import evaluate as ev
-    from pspo_repro.backends import Completion
-    from pspo_repro.data import load_benchmark
+    from pspo_repro.data.datasets import load_benchmark
+    from pspo_repro.evaluation import evaluator as ev
+    from pspo_repro.evaluation.backends import Completion
 
     problems = load_benchmark("gsm_hard", limit=370)
     assert sum("e" in p.answer for p in problems) == 6
@@ -247,7 +247,7 @@ def test_gsm_hard_sweep_finishes_with_exponent_golds(results_root, monkeypatch):
                 out.append([Completion(f"So it is {gold}.\n#### {gold}", (1, 2, 3))] * r.n)
             return out
 
-    monkeypatch.setattr("pspo_repro.backends.make_backend", lambda *a, **k: Answering())
+    monkeypatch.setattr("pspo_repro.evaluation.backends.make_backend", lambda *a, **k: Answering())
     cfg = ev.compose_config(["model=tiny", "eval=gsm_hard", "eval.limit=370", "temperatures=[0.0]"])
     (cell,) = ev.evaluate(cfg)
     m = cell["metrics"]

@@ -16,8 +16,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from pspo_repro import train
-from pspo_repro.train import CONF_DIR
+from pspo_repro.training import grpo as train
+from pspo_repro.training.grpo import CONF_DIR
 
 pytestmark = pytest.mark.slow  # two 12-step trainings, ~25 s each on an idle core (CI runs slow tests)
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pspo_repro import aggregate
-from pspo_repro import evaluate as ev
-from pspo_repro.cli import compose_config
-from pspo_repro.data import Problem
-from pspo_repro.metrics import authors_vote, cell_metrics, maj_correct, prompt_value
-from pspo_repro.paths import PROJECT_ROOT
-from pspo_repro.stats import bootstrap_interval, paired_comparison, pass_at_k
+from pspo_repro.analysis import aggregate
+from pspo_repro.analysis.stats import bootstrap_interval, paired_comparison
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.data.problems import Problem
+from pspo_repro.evaluation import evaluator as ev
+from pspo_repro.evaluation.metrics import authors_vote, cell_metrics, maj_correct, pass_at_k, prompt_value
 
 # ---------------------------------------------------------------- the authors' vote
 

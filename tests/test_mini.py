@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from pspo_repro import mini, mini_committed
-from pspo_repro.cli import compose_config
-from pspo_repro.paths import PROJECT_ROOT
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.pipelines import mini, mini_committed
 
 # 32/8/8 problems, a 4-step SFT, 2 methods x 1 seed of ~2 rollouts (conf/experiment/mini_smoke.yaml),
 # 8 test problems at T = 0 and 0.8.
@@ -250,8 +250,8 @@ def test_set_aside_only_without_work_folder(tmp_path):
 
 
 def test_premature_answer_habit():
-    from pspo_repro.sft import premature_answer, with_habit
-    from pspo_repro.synthetic import generate
+    from pspo_repro.data.synthetic import generate
+    from pspo_repro.training.sft import premature_answer, with_habit
 
     sol = "The boxes have 4 * 6 = 24 cookies.\nSam has 24 + 11 = 35 cookies altogether.\n#### 35"
     assert premature_answer(sol).endswith("altogether.\n#### 4")
@@ -266,7 +266,7 @@ def test_premature_answer_habit():
 
 
 def test_regime_run_stats(tmp_path):
-    from pspo_repro import regime
+    from pspo_repro.analysis import regime
 
     rows = [
         # a fresh rollout (ratio 1) then a reused one; the reward falls below half: a collapse

@@ -6,8 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from pspo_repro.models import RANDOM_INIT_DIR, load_model, load_tokenizer, save_random_init
-from pspo_repro.train import CONF_DIR
+from pspo_repro.training.grpo import CONF_DIR
+from pspo_repro.training.models import RANDOM_INIT_DIR, load_model, load_tokenizer, save_random_init
 
 
 @pytest.fixture

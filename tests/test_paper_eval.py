@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pspo_repro import evaluate as ev
-from pspo_repro.data import load_benchmark
-from pspo_repro.train import CONF_DIR
+from pspo_repro.data.datasets import load_benchmark
+from pspo_repro.evaluation import evaluator as ev
+from pspo_repro.training.grpo import CONF_DIR
 
 
 def _done(text):
@@ -42,7 +42,7 @@ def test_multi_answer_row_both_columns_agree_with_the_authors():
 
 
 def test_authors_column_differs_from_ours_where_the_authors_differ():
-    from pspo_repro.data import Problem
+    from pspo_repro.data.problems import Problem
 
     p = Problem("gsm8k/x", "q", "25", "numeric")
     rec = ev.grade_samples(

@@ -6,9 +6,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from pspo_repro import train
-from pspo_repro.run_dir import tag_from_overrides
-from pspo_repro.train import CONF_DIR, UsageError
+from pspo_repro.common.run_dir import tag_from_overrides
+from pspo_repro.training import grpo as train
+from pspo_repro.training.grpo import CONF_DIR, UsageError
 
 PAPER = ["paper_qwen2p5_0p5b", "paper_qwen2p5_1p5b", "paper_qwen2_math_1p5b"]
 
@@ -73,8 +73,8 @@ def test_paper_reference_names_metric_set_and_the_papers_sentence():
     import pandas as pd
     from omegaconf import OmegaConf
 
-    from pspo_repro.data import DATASETS
-    from pspo_repro.report import load_reference
+    from pspo_repro.analysis.report import load_reference
+    from pspo_repro.data.datasets import DATASETS
 
     ref = load_reference(CONF_DIR.parent / "results" / "paper_reference.csv")
     metrics = OmegaConf.load(CONF_DIR / "aggregate.yaml").metrics

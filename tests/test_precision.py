@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pspo_repro import train
-from pspo_repro.models import load_model, load_tokenizer, resolve_dtype, train_dtype_name
-from pspo_repro.precision import build_trainer, changed_fraction
-from pspo_repro.train import CONF_DIR, UsageError
+from pspo_repro.training import grpo as train
+from pspo_repro.training.grpo import CONF_DIR, UsageError
+from pspo_repro.training.models import load_model, load_tokenizer, resolve_dtype, train_dtype_name
+from pspo_repro.training.precision import build_trainer, changed_fraction
 
 
 def _compose(overrides):
@@ -63,7 +63,7 @@ def test_mocked_cuda_loads_fp32_for_training_and_bf16_for_evaluation(tiny_model_
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_low_precision_training_dtype_is_refused_in_one_line(results_root, dtype, monkeypatch):
-    import pspo_repro.models as models
+    import pspo_repro.training.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     cfg = _compose(["model=tiny", f"model.dtype={dtype}"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from importlib import metadata
 
-from pspo_repro import provenance
+from pspo_repro.common import provenance
 
 
 def test_package_versions_is_the_union_of_what_writers_recorded():
@@ -36,7 +36,9 @@ def test_git_sha_is_a_commit_or_none(monkeypatch, tmp_path):
 
 
 def test_writers_use_the_shared_module():
-    from pspo_repro import evaluate, sft, train
+    from pspo_repro.evaluation import evaluator as evaluate
+    from pspo_repro.training import grpo as train
+    from pspo_repro.training import sft
 
     for module in (evaluate, sft, train):
         assert module.git_sha is provenance.git_sha

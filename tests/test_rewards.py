@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pspo_repro.rewards import get_reward, list_rewards
+from pspo_repro.scoring.rewards import get_reward, list_rewards
 
 
 def _conv(text: str) -> list[dict[str, str]]:

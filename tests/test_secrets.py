@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pspo_repro.redact import REDACTED, redact
+from pspo_repro.common.redact import REDACTED, redact
 
 FAKE = {
     "WANDB_API_KEY": "wandbFAKEkey0123456789abcdef",
@@ -49,8 +49,8 @@ def test_no_secret_in_run_or_eval_files_or_logs(results_root, monkeypatch, capfd
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from pspo_repro import evaluate as ev
-    from pspo_repro import train
+    from pspo_repro.evaluation import evaluator as ev
+    from pspo_repro.training import grpo as train
 
     for k, v in FAKE.items():
         monkeypatch.setenv(k, v)
@@ -91,10 +91,9 @@ def test_no_secret_in_run_or_eval_files_or_logs(results_root, monkeypatch, capfd
 
 
 @pytest.mark.parametrize("module", ["train", "evaluate", "aggregate"])
-def test_a_secret_on_the_command_line_is_refused(module, tmp_path, monkeypatch, capsys):
+def test_a_secret_on_the_command_line_is_refused(module, tmp_path, monkeypatch, capsys, entry_main):
     """Hydra saves overrides in its log folder and wandb records sys.argv, where redaction cannot reach:
     a credential's value on the command line is a one-line error naming the variable, not the value."""
-    import importlib
     import sys
 
     for k, v in FAKE.items():
@@ -103,7 +102,7 @@ def test_a_secret_on_the_command_line_is_refused(module, tmp_path, monkeypatch, 
     monkeypatch.setenv("PSPO_LOG_DIR", str(tmp_path / "logs"))
     monkeypatch.setattr(sys, "argv", [module, f"+comment=x{FAKE['HF_TOKEN']}"])
     with pytest.raises(SystemExit) as exc:
-        importlib.import_module(f"pspo_repro.{module}").main()
+        entry_main(module)()
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1, err
     assert "holds the value of HF_TOKEN" in err[0] and FAKE["HF_TOKEN"] not in err[0]

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pspo_repro import sft
-from pspo_repro.cli import compose_config
-from pspo_repro.paths import PROJECT_ROOT
-from pspo_repro.prompts import PAPER_SYSTEM_PROMPT, render_prompt
-from pspo_repro.synthetic import load_split
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.data.prompts import PAPER_SYSTEM_PROMPT, render_prompt
+from pspo_repro.data.synthetic import load_split
+from pspo_repro.training import sft
 
 
 def _compose(overrides: list[str]):

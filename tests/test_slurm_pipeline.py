@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_slurm import LOCAL, ROOT, slurm_env  # noqa: F401  (slurm_env is a fixture)
 
-from pspo_repro.run_dir import checkpoint_problems
+from pspo_repro.common.run_dir import checkpoint_problems
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 from statsmodels.stats.proportion import proportion_confint
 
-from pspo_repro.stats import (
+from pspo_repro.analysis.stats import (
     CI_METHODS,
     check_ci_method,
     seed_interval,

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from pspo_repro.stats import majority_vote, pass_at_k
+from pspo_repro.evaluation.metrics import majority_vote, pass_at_k
 
 
 def test_pass_at_k_hand_values():

@@ -2,7 +2,7 @@
 
 from transformers import AutoConfig, AutoTokenizer
 
-from pspo_repro.prompts import PAPER_SYSTEM_PROMPT, render_prompt
+from pspo_repro.data.prompts import PAPER_SYSTEM_PROMPT, render_prompt
 
 
 def test_tiny_model_architecture(tiny_model_dir):

@@ -12,14 +12,14 @@ import trl
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from pspo_repro import train
-from pspo_repro.train import CONF_DIR, UsageError
+from pspo_repro.training import grpo as train
+from pspo_repro.training.grpo import CONF_DIR, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_trl_version_is_the_one_the_override_mirrors():
-    from pspo_repro.trainer import MIRRORS_TRL
+    from pspo_repro.training.trainer import MIRRORS_TRL
 
     assert trl.__version__ == MIRRORS_TRL == "1.16.0"
 
@@ -37,7 +37,7 @@ def no_model_load(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a model was loaded")
 
-    import pspo_repro.models as models
+    import pspo_repro.training.models as models
 
     monkeypatch.setattr(models, "load_model", boom)
     monkeypatch.setattr(models, "load_tokenizer", boom)
@@ -113,7 +113,7 @@ def test_cli_one_line_error_exit_2(results_root, args, expected):
 
 
 def test_tag_is_stable_and_ignores_infra_keys():
-    from pspo_repro.run_dir import tag_from_overrides
+    from pspo_repro.common.run_dir import tag_from_overrides
 
     ov = ["trainer.learning_rate=0.000001", "method.alpha=0.3", "trainer.logging_steps=5", "seed=1"]
     cfg = _compose(["model=tiny", *ov])
@@ -136,7 +136,7 @@ def test_main_process_is_global_rank_0(monkeypatch):
 def test_second_process_on_the_same_run_folder_fails_at_once(results_root, monkeypatch):
     """The lock is taken before the model loads (the tokenizer and TRL's config come first: they are
     checked before anything is written)."""
-    import pspo_repro.models as models
+    import pspo_repro.training.models as models
 
     def boom(*a, **k):
         raise AssertionError("a model was loaded")
@@ -197,7 +197,7 @@ def test_bad_input_in_a_launcher_job_raises_the_one_line(results_root, no_model_
 
 
 def test_vllm_server_address_reaches_grpo_config_and_not_the_tag(tmp_path):
-    from pspo_repro.run_dir import identity_config, tag_from_overrides
+    from pspo_repro.common.run_dir import identity_config, tag_from_overrides
 
     ov = ["trainer.vllm_server_host=10.1.2.3", "trainer.vllm_server_port=8123"]
     cfg = _compose(["model=tiny", *ov])

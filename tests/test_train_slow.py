@@ -11,9 +11,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from safetensors.torch import load_file
 
-from pspo_repro import train
 from pspo_repro.methods import list_methods
-from pspo_repro.train import CONF_DIR
+from pspo_repro.training import grpo as train
+from pspo_repro.training.grpo import CONF_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -63,9 +63,9 @@ def _pair(method_overrides, trl_kwargs, results_root):
     """Our trainer and TRL's GRPOTrainer built from the same composed settings; returns their losses."""
     from trl import GRPOTrainer
 
-    from pspo_repro.models import load_model, load_tokenizer
-    from pspo_repro.rewards import get_reward
-    from pspo_repro.trainer import MethodGRPOTrainer
+    from pspo_repro.scoring.rewards import get_reward
+    from pspo_repro.training.models import load_model, load_tokenizer
+    from pspo_repro.training.trainer import MethodGRPOTrainer
 
     ov = [*FAST, *method_overrides]
     cfg = _compose(ov)

@@ -285,7 +285,7 @@ def test_geo_mean_matches_trl_experimental_gmpo(seed, eps):
 def ours_through_trainer(name, mode, logp, old, adv, mask, is_ratio=None, **params):
     """Loss and gradient from our ``MethodGRPOTrainer._compute_loss`` itself (bare object, as ``trl_loss``)."""
     from pspo_repro.methods import validate_params
-    from pspo_repro.trainer import MethodGRPOTrainer
+    from pspo_repro.training.trainer import MethodGRPOTrainer
 
     trainer = MethodGRPOTrainer.__new__(MethodGRPOTrainer)
     trainer.method_name, trainer._method = name, get_method(name)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pspo_repro import grading
-from pspo_repro.rewards import get_reward, list_rewards
+from pspo_repro.scoring import grading
+from pspo_repro.scoring.rewards import get_reward, list_rewards
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pspo_repro"
 CONF = PACKAGE.parent / "conf"
@@ -158,7 +158,7 @@ def test_default_model_configs_do_not_trust_remote_code(preset):
 def test_evaluator_refuses_pickled_or_truncated_weights(tmp_path, tiny_model_dir):
     import shutil
 
-    from pspo_repro.evaluate import EvalError, _check_checkpoint
+    from pspo_repro.evaluation.evaluator import EvalError, _check_checkpoint
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(tiny_model_dir, ckpt)

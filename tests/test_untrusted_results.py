@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pspo_repro import atomic
-from pspo_repro.safe_paths import UnsafePathError, check_name, ensure_under, results_path, seed_folder
+from pspo_repro.common import atomic
+from pspo_repro.common.safe_paths import UnsafePathError, check_name, ensure_under, results_path, seed_folder
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -93,8 +93,8 @@ def test_secret_in_a_name_is_refused_without_echoing_it(monkeypatch):
 
 
 def _train_cfg(*overrides):
-    from pspo_repro.cli import compose_config
-    from pspo_repro.train import CONF_DIR
+    from pspo_repro.common.cli import compose_config
+    from pspo_repro.training.grpo import CONF_DIR
 
     return compose_config(CONF_DIR, "train", ["model=tiny", *overrides])
 
@@ -102,8 +102,8 @@ def _train_cfg(*overrides):
 def test_run_folder_and_eval_dir_stay_under_results_for_hostile_tags(tmp_path, monkeypatch):
     """The real folder builders (train's run folder, the evaluator's cell folder) over hostile run tags and
     identities read from a run.json: refused, or under results/runs and results/eval."""
-    from pspo_repro.evaluate import Target, eval_dir
-    from pspo_repro.run_dir import run_folder
+    from pspo_repro.common.run_dir import run_folder
+    from pspo_repro.evaluation.evaluator import Target, eval_dir
 
     monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "results"))
     cfg = _train_cfg()
@@ -175,7 +175,7 @@ BAD_CELLS = [
 
 
 def _aggregate_main(monkeypatch, results: Path, out: Path, *extra: str) -> None:
-    from pspo_repro import aggregate
+    from pspo_repro.analysis import aggregate
 
     monkeypatch.setattr(sys, "argv", ["pspo_repro.aggregate", f"results_dir={results}", f"out_dir={out}",
                                       "expected_seeds=3", *extra])  # fmt: skip
@@ -188,7 +188,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("name, bad, reason", BAD_CELLS, ids=[c[0] for c in BAD_CELLS])
 def test_a_bad_cell_is_named_in_one_line_and_left_out(name, bad, reason, tmp_path):
-    from pspo_repro.results_io import ResultsError, load_eval_cells
+    from pspo_repro.analysis.results_io import ResultsError, load_eval_cells
 
     bad_file = _tree(tmp_path, bad)
     left_out: list[str] = []
@@ -229,8 +229,8 @@ def test_new_metric_keys_and_per_prompt_fields_are_tolerated(tmp_path, monkeypat
 
 
 def test_cell_check_is_exact_on_a_real_cell():
-    from pspo_repro.evaluate import cell_metrics
-    from pspo_repro.results_io import cell_problem
+    from pspo_repro.analysis.results_io import cell_problem
+    from pspo_repro.evaluation.evaluator import cell_metrics
 
     cell = _cell(1)
     cell["metrics"] = cell_metrics(cell["per_prompt"])  # the evaluator's own arithmetic passes
@@ -243,7 +243,7 @@ def test_cell_check_is_exact_on_a_real_cell():
 def test_a_checkpoint_named_although_unfinished_warns_once_and_is_marked(
     tmp_path, monkeypatch, tiny_model_dir
 ):
-    from pspo_repro import evaluate as ev
+    from pspo_repro.evaluation import evaluator as ev
 
     results = tmp_path / "results"
     monkeypatch.setenv("PSPO_RESULTS_DIR", str(results))
@@ -344,7 +344,7 @@ def test_read_only_out_dir_names_the_target(tmp_path, monkeypatch, capsys):
 def test_read_only_results_folder_for_training_is_one_line(tmp_path, monkeypatch, capsys):
     import errno
 
-    from pspo_repro import train
+    from pspo_repro.training import grpo as train
 
     results = tmp_path / "results"
     monkeypatch.setenv("PSPO_RESULTS_DIR", str(results))
@@ -370,7 +370,7 @@ def test_read_only_results_folder_for_training_is_one_line(tmp_path, monkeypatch
 
 
 def test_relative_env_and_args_become_absolute(tmp_path, monkeypatch):
-    from pspo_repro.paths import absolutize_args, absolutize_env
+    from pspo_repro.common.paths import absolutize_args, absolutize_env
 
     monkeypatch.chdir(tmp_path)
     env = {"PSPO_DATA_DIR": "../data", "PSPO_RESULTS_DIR": "res", "PSPO_LOG_DIR": "/abs/logs", "OTHER": "x"}

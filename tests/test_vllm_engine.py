@@ -167,7 +167,7 @@ def test_seeded_sampling_is_reproducible_across_runs(runs):
 
 
 def test_accuracies_agree_within_confidence_intervals(runs):
-    from pspo_repro.stats import t_interval, wilson_interval
+    from pspo_repro.analysis.stats import t_interval, wilson_interval
 
     for t in TEMPS:
         hf, vl = _cell(runs["hf"], t), _cell(runs["vllm"], t)

@@ -4,7 +4,7 @@ Importable when the project root is on ``sys.path`` (``python -m`` from the root
 there) or when the package is installed with ``hydra_plugins*`` in pyproject's packages.find.
 """
 
-from pspo_repro.launch import SlurmLauncher as _SlurmLauncher
+from pspo_repro.pipelines.launch import SlurmLauncher as _SlurmLauncher
 
 
 class PspoSlurmLauncher(_SlurmLauncher):

@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # headless: figures are files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pspo_repro.atomic import atomic_open  # noqa: E402
+from pspo_repro.common.atomic import atomic_open  # noqa: E402
 from pspo_repro.explore.probe import PROBE_Q, SEQ_LEN, MaskGrid, RatioCurves, ratio_curves  # noqa: E402
 from pspo_repro.explore.testbed import History  # noqa: E402
 

@@ -10,13 +10,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.explore import checks as C
 from pspo_repro.explore import plots
 from pspo_repro.explore.probe import mask_grid, ratio_curves
 from pspo_repro.explore.summary import write_summary
 from pspo_repro.explore.testbed import Tabular, TestbedSpec, make_optimizer, train
 from pspo_repro.methods import list_methods, validate_params
-from pspo_repro.paths import PROJECT_ROOT
 
 # Figure order: the paper's comparison first, then the other methods (any newly registered one: sorted, last).
 ORDER = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pspo_repro.atomic import write_text
+from pspo_repro.common.atomic import write_text
 from pspo_repro.explore.checks import Check
 from pspo_repro.explore.testbed import History, TestbedSpec
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
-from pspo_repro.data import last_boxed
+from pspo_repro.data.datasets import last_boxed
 
 # Per-item bound on a math-verify parse+verify (seconds). Typical cost is ~0.3 ms; rare symbolic
 # comparisons take ~100 ms; pathological inputs can take far longer, hence a bound.

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from pspo_repro.results_io import ResultsError, prompt_values
-from pspo_repro.stats import BOOTSTRAP_RESAMPLES, paired_comparison
-from pspo_repro.tables import Names, ordered
+from pspo_repro.analysis.results_io import ResultsError, prompt_values
+from pspo_repro.analysis.stats import BOOTSTRAP_RESAMPLES, paired_comparison
+from pspo_repro.analysis.tables import Names, ordered
 
 
 def paired_frame(long: pd.DataFrame, metric: str, a: str, b: str, confidence: float) -> pd.DataFrame:

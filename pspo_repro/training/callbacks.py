@@ -114,7 +114,7 @@ class CheckpointMarkerCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         """Mark the checkpoint just saved as complete."""
         if state.is_world_process_zero:
-            from pspo_repro.run_dir import write_checkpoint_marker
+            from pspo_repro.common.run_dir import write_checkpoint_marker
 
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if ckpt.is_dir():
@@ -148,7 +148,7 @@ class NonFiniteCallback(TrainerCallback):
             return control
         step = state.global_step + 1  # the step whose update this would be
         if not self.skip:
-            from pspo_repro.run_dir import last_checkpoint
+            from pspo_repro.common.run_dir import last_checkpoint
 
             good = last_checkpoint(self.folder)
             raise NonFiniteError(

@@ -14,8 +14,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from pspo_repro import grading
-from pspo_repro.authors_reward import authors_gsm8k_reward
+from pspo_repro.scoring import grading
+from pspo_repro.scoring.authors_reward import authors_gsm8k_reward
 
 RewardFn = Callable[..., list[float]]
 REWARDS: dict[str, RewardFn] = {}

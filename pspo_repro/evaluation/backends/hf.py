@@ -6,7 +6,7 @@ import logging
 from itertools import groupby
 from typing import Any
 
-from pspo_repro.backends import Completion, Request, stop_token_ids
+from pspo_repro.evaluation.backends import Completion, Request, stop_token_ids
 
 log = logging.getLogger(__name__)
 

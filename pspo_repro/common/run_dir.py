@@ -17,10 +17,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pspo_repro.atomic import write_json, write_text
-from pspo_repro.paths import results_dir
-from pspo_repro.redact import redact
-from pspo_repro.safe_paths import check_name, results_path, seed_folder
+from pspo_repro.common.atomic import write_json, write_text
+from pspo_repro.common.paths import results_dir
+from pspo_repro.common.redact import redact
+from pspo_repro.common.safe_paths import check_name, results_path, seed_folder
 
 # Trainer keys that change how a run is observed or stored, not what it learns: never in the tag, and
 # ignored when checking that a folder's stored config matches the command that reopens it.

@@ -89,7 +89,7 @@ def cell_problem(cell: dict[str, Any]) -> str | None:
     tolerated (newer metrics are added over time); a rate-like one (``acc``/``maj``/``pass@`` in its name)
     must still be a finite number in [0, 1].
     """
-    from pspo_repro.stats import pass_at_k
+    from pspo_repro.evaluation.metrics import pass_at_k
 
     for key in ("model", "method", "dataset"):
         if not isinstance(cell.get(key), str) or not cell[key]:
@@ -356,7 +356,7 @@ def prompt_values(long_rows: pd.DataFrame) -> list[dict[str, float]]:
     Raises ResultsError naming the file when a cell's per-prompt rows cannot give the metric (cells
     written before the per-sample lists existed lack what maj@k, top-1 and agreement need).
     """
-    from pspo_repro.metrics import prompt_value
+    from pspo_repro.evaluation.metrics import prompt_value
 
     out = []
     for rec in long_rows.to_dict("records"):

@@ -21,8 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pspo_repro.paths import cache_dir
-from pspo_repro.prompts import PAPER_SYSTEM_PROMPT
+from pspo_repro.common.paths import cache_dir
+from pspo_repro.data.prompts import PAPER_SYSTEM_PROMPT
 
 TINY_ARCH = {
     "hidden_size": 64,

@@ -76,7 +76,7 @@ def check_number(key: str, value: Any, kind: type = float, *, low: float | None 
 def refuse_secret_args(argv: list[str]) -> None:
     """Fail when a command-line argument holds a credential's value: Hydra saves the overrides in its log
     folder and wandb records the command line, so the value would reach files that redaction never sees."""
-    from pspo_repro.redact import secret_names_in
+    from pspo_repro.common.redact import secret_names_in
 
     names = secret_names_in(argv)
     if names:

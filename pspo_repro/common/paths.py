@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CONF_DIR = PROJECT_ROOT / "conf"  # the Hydra configs of every entry point
 
 
 def cache_dir() -> Path:

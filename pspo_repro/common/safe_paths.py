@@ -32,7 +32,7 @@ def check_name(what: str, value: object, max_len: int = 128) -> str:
 
     ``what`` names where the value came from (``run_tag``, ``model in <file>``) for the message.
     """
-    from pspo_repro.redact import secret_names_in
+    from pspo_repro.common.redact import secret_names_in
 
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise UnsafePathError(f"{what} must be a name ({NAME_RULE}), got {type(value).__name__} {value!r}")

@@ -2,7 +2,8 @@
 
 Rows come from ``PSPO_DATA_DIR`` (the offline layout of ``../shared/data/README.md``) when it is set,
 else from the Hugging Face hub through ``datasets``. Each dataset is one entry of ``DATASETS``; another
-module can add one with ``register_dataset`` (the mini-reproduction registers ``synthetic``).
+module can add one with ``register_dataset``. The record types live in ``problems``; the synthetic task's
+spec comes from ``synthetic`` and is registered here, so neither of those imports this module.
 
 Errors are ``DataError`` (a ``ValueError``) with a one-line message naming what was tried.
 """
@@ -13,56 +14,16 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from pspo_repro.paths import data_dir
+from pspo_repro.common.paths import data_dir
+from pspo_repro.data import synthetic
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn
 
 log = logging.getLogger(__name__)
-
-AnswerKind = Literal["numeric", "latex", "text"]
-
-
-class DataError(ValueError):
-    """A dataset could not be loaded; the message is one line naming the file/line/field at fault."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem: a stable id, the user-message text, the gold answer and how to compare it."""
-
-    id: str
-    question: str
-    answer: str
-    answer_kind: AnswerKind
-    solution: str | None = None
-    # The gold string exactly as the authors' code hands it to their reward (ASDiv's "9 (apples)", a
-    # multi-answer row's whole "5 (years old); 15 (years old)"); None: ``answer`` (they agree in value).
-    authors_gold: str | None = None
-
-
-# A row reader gets (row, source, line) and returns a Problem (None: skip a documented bad row);
-# ``source``/``line`` only feed error messages.
-RowFn = Callable[[dict[str, Any], str, int], "Problem | None"]
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """How to load one dataset: offline files per split, a hub loader per split, and the row converter."""
-
-    files: dict[str, str]  # split -> path relative to PSPO_DATA_DIR
-    rows: dict[str, RowFn]  # split -> row converter
-    hub: dict[str, Callable[[], Iterable[dict[str, Any]]]] = field(default_factory=dict)
-    hub_names: dict[str, str] = field(default_factory=dict)  # split -> hub id, for messages
-    # True: ``hub`` is a local generator (no network), used when PSPO_DATA_DIR lacks the file. Only for
-    # datasets that are defined by code (synthetic); a real benchmark's missing file stays an error.
-    generated: bool = False
-    # A fixed validation split (load_train_val): validation rows come from it, never from ``train``.
-    val_split: str | None = None
-
 
 DATASETS: dict[str, DatasetSpec] = {}
 
@@ -449,5 +410,5 @@ def load_train_val(
     return shuffled[:n_train], val
 
 
-# Code-defined datasets register themselves on import; imported last (synthetic imports this module).
-from pspo_repro import synthetic as _synthetic  # noqa: E402,F401
+# The mini-reproduction's code-defined task (its spec generates the rows when no file is there).
+register_dataset("synthetic", synthetic.dataset_spec())

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from pspo_repro.paths import PROJECT_ROOT
+from pspo_repro.common.paths import PROJECT_ROOT
 
 # The union of what the writers recorded before they shared this module.
 PACKAGES = (

@@ -22,22 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.atomic import atomic_open
-
-try:  # data.py owns the record type; the fallback only keeps this module importable without it.
-    from pspo_repro.data import Problem
-except ImportError:  # pragma: no cover - data.py is part of the package
-
-    @dataclass(frozen=True)
-    class Problem:  # type: ignore[no-redef]
-        """Same fields as ``pspo_repro.data.Problem``."""
-
-        id: str
-        question: str
-        answer: str
-        answer_kind: str
-        solution: str | None = None
-
+from pspo_repro.common.atomic import atomic_open
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem
 
 SPLITS = ("train", "validation", "test")
 DEFAULT_SIZES = {"train": 2000, "validation": 200, "test": 200}
@@ -215,15 +201,13 @@ def write_jsonl(
     return paths
 
 
-# ---------------------------------------------------------------- registration in pspo_repro.data
+# ---------------------------------------------------------------- the dataset registry's entry
 
 
 def _row_fn(split: str) -> Callable[[dict[str, Any], str, int], Problem]:
     """Row converter for the jsonl files: GSM8K fields, ids ``synthetic/{split}/{index}``."""
 
     def row_fn(row: dict[str, Any], source: str, line: int) -> Problem:
-        from pspo_repro.data import DataError
-
         question, solution = row.get("question"), row.get("answer")
         if not question or not solution or "####" not in solution:
             raise DataError(f"{source}:{line}: synthetic row needs 'question' and an 'answer' with '####'")
@@ -238,23 +222,13 @@ def _generated_rows(split: str) -> Callable[[], list[dict[str, str]]]:
     return lambda: [to_row(p) for p in load_split(split)]
 
 
-def register() -> None:
-    """Add ``synthetic`` to ``pspo_repro.data``'s registry (idempotent)."""
-    from pspo_repro import data
-
-    if "synthetic" in data.DATASETS:
-        return
-    data.register_dataset(
-        "synthetic",
-        data.DatasetSpec(
-            files={s: f"synthetic/{s}.jsonl" for s in SPLITS},
-            rows={s: _row_fn(s) for s in SPLITS},
-            hub={s: _generated_rows(s) for s in SPLITS},
-            hub_names={s: f"pspo_repro.synthetic (seed 0, {DEFAULT_SIZES[s]} rows)" for s in SPLITS},
-            generated=True,  # no synthetic/*.jsonl under PSPO_DATA_DIR: generate the split in memory
-            val_split="validation",  # RL validates on rows SFT never saw
-        ),
+def dataset_spec() -> DatasetSpec:
+    """The registry entry of ``synthetic`` (registered by ``pspo_repro.data.datasets``)."""
+    return DatasetSpec(
+        files={s: f"synthetic/{s}.jsonl" for s in SPLITS},
+        rows={s: _row_fn(s) for s in SPLITS},
+        hub={s: _generated_rows(s) for s in SPLITS},
+        hub_names={s: f"pspo_repro.data.synthetic (seed 0, {DEFAULT_SIZES[s]} rows)" for s in SPLITS},
+        generated=True,  # no synthetic/*.jsonl under PSPO_DATA_DIR: generate the split in memory
+        val_split="validation",  # RL validates on rows SFT never saw
     )
-
-
-register()

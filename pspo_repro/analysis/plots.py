@@ -17,8 +17,8 @@ matplotlib.use("Agg")  # must precede pyplot: headless nodes have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pspo_repro.stats import Interval, t_interval  # noqa: E402
-from pspo_repro.tables import Names, ordered, row_order  # noqa: E402
+from pspo_repro.analysis.stats import Interval, t_interval  # noqa: E402
+from pspo_repro.analysis.tables import Names, ordered, row_order  # noqa: E402
 
 FORMATS = ("png", "pdf")
 

@@ -15,8 +15,14 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from pspo_repro.results_io import ResultsError, prompt_values
-from pspo_repro.stats import BOOTSTRAP_RESAMPLES, Interval, bootstrap_interval, seed_interval, t_interval
+from pspo_repro.analysis.results_io import ResultsError, prompt_values
+from pspo_repro.analysis.stats import (
+    BOOTSTRAP_RESAMPLES,
+    Interval,
+    bootstrap_interval,
+    seed_interval,
+    t_interval,
+)
 
 SHORT = "†"  # fewer seeds than the table expects
 NO_CI = "‡"  # one seed under t_seeds: no interval exists

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pspo_repro.results_io import ResultsError
-from pspo_repro.stats import Interval
-from pspo_repro.tables import Names
+from pspo_repro.analysis.results_io import ResultsError
+from pspo_repro.analysis.stats import Interval
+from pspo_repro.analysis.tables import Names
 
 REFERENCE_COLUMNS = (
     "model",

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.tiny_model import tiny_model_path
+from pspo_repro.training.tiny_model import tiny_model_path
 
 
 def model_source(model_cfg: Any) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pspo_repro.backends import Completion, Request, stop_token_ids
+from pspo_repro.evaluation.backends import Completion, Request, stop_token_ids
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,352 @@
+"""Hydra entry point: ``python -m pspo_repro.aggregate`` builds the paper's tables and figures.
+
+Reads ``{results_dir}/eval/**/*.json`` and ``{results_dir}/runs/**/metrics.jsonl`` (+ ``run.json``)
+and writes under ``out_dir``: the main tables (paper Table 2, one per metric), temperature tables
+and figures, the alpha ablation (Table 8), training curves, the long tables as CSV, the
+reproduction report and a summary. Every output is built in memory first and written atomically
+at the end, so invalid input writes nothing and a crash leaves earlier outputs intact.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+from pspo_repro.analysis.results_io import (
+    ResultsError,
+    eval_files,
+    eval_long,
+    load_eval_cells,
+    load_runs,
+    run_dirs,
+)
+from pspo_repro.analysis.stats import check_ci_method
+from pspo_repro.analysis.tables import (
+    Names,
+    Table,
+    ablation_table,
+    cell_intervals,
+    ci_caption,
+    expected_for,
+    main_table,
+    temperature_table,
+    to_frame,
+    to_latex,
+    to_markdown,
+)
+from pspo_repro.common.atomic import write_set
+from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
+
+
+class ConfigError(ValueError):
+    """An aggregate option is invalid (reported before anything is read or written)."""
+
+
+@dataclass
+class Outputs:
+    """Files to write (path -> text or bytes) and the messages for the summary."""
+
+    files: dict[Path, str | bytes] = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
+    short: list[str] = field(default_factory=list)
+
+    def add_table(self, out: Path, table: Table) -> None:
+        """Queue the Markdown, LaTeX and CSV renderings of ``table``."""
+        self.files[out / f"{table.name}.md"] = to_markdown(table)
+        self.files[out / f"{table.name}.tex"] = to_latex(table)
+        self.files[out / f"{table.name}.csv"] = to_frame(table).to_csv(index=False)
+        self.short += [f"{table.name}: {n}" for n in table.notes]
+
+    def add_figure(self, out: Path, stem: str, rendered: dict[str, bytes]) -> None:
+        """Queue one figure's rendered formats as ``<out>/<stem>.<fmt>``."""
+        for fmt, data in rendered.items():
+            self.files[out / f"{stem}.{fmt}"] = data
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check options before touching any file, so a typo costs one line and writes nothing."""
+    from pspo_repro.common.cli import check_number
+
+    try:
+        check_ci_method(cfg.ci)
+        check_number("expected_seeds", cfg.expected_seeds, int, low=1)
+        for method, n in (cfg.expected_seeds_by_method or {}).items():
+            check_number(f"expected_seeds_by_method.{method}", n, int, low=1)
+        check_number("confidence", cfg.confidence, low=0, high=1, low_open=True, high_open=True)
+        check_number("main_temperature", cfg.main_temperature, low=0)
+        if cfg.ablation.get("step") is not None:
+            check_number("ablation.step", cfg.ablation.step, int, low=1)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    pairs = cfg.paired.pairs or []
+    for pair in pairs:
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
+            raise ConfigError(f"paired.pairs takes [method_a, method_b] pairs of two methods, got {pair!r}")
+    from pspo_repro.analysis.plots import CURVE_X
+
+    if cfg.curves.x not in CURVE_X:
+        raise ConfigError(f"curves.x must be one of {', '.join(CURVE_X)}, got {cfg.curves.x!r}")
+
+
+def names_from(cfg: DictConfig) -> Names:
+    """Display names and orders from the config."""
+    n = cfg.names
+    return Names(dict(n.models), dict(n.methods), dict(n.datasets),
+                 list(cfg.model_order), list(cfg.method_order), list(cfg.dataset_order))  # fmt: skip
+
+
+def prompt_set_warnings(cells: pd.DataFrame) -> list[str]:
+    """Columns (dataset, T) whose rows used different prompt sets: comparable only with care."""
+    notes = []
+    for (ds, temp), grp in cells.groupby(["dataset", "temperature"], sort=True):
+        if grp["rows_sha256"].astype(str).nunique() > 1:
+            groups = grp.groupby(grp["rows_sha256"].astype(str))["file"].first()
+            listing = "; ".join(f"{sha[:12]}: e.g. {f}" for sha, f in groups.items())
+            notes.append(f"warning: {ds} T={temp:g} mixes prompt sets across methods ({listing})")
+    return notes
+
+
+def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:
+    """Main and temperature tables, temperature figures and the reproduction report."""
+    from pspo_repro.analysis import plots, report
+
+    left_out: list[str] = []
+    cells = load_eval_cells(root, left_out)  # cells that fail their checks: named and left out
+    for line in left_out:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    outputs.messages += left_out
+    if cells.empty:
+        outputs.messages.append(
+            f"no valid evaluation cell under {root / 'eval'}: skipped the evaluation tables"
+        )
+        return
+    if "provisional" in cells:
+        for f, why in zip(cells["file"], cells["provisional"], strict=True):
+            if isinstance(why, str):
+                outputs.messages.append(f"provisional cell (checkpoint asked for by name): {f}: {why}")
+    long = eval_long(cells)
+    outputs.files[out / "long_eval.csv"] = long.drop(columns=["per_prompt"]).to_csv(index=False)
+    outputs.messages += prompt_set_warnings(cells)
+    by_method = dict(cfg.expected_seeds_by_method or {})
+    common = dict(ci=cfg.ci, confidence=float(cfg.confidence), expected_seeds=int(cfg.expected_seeds),
+                  by_method=by_method, names=names)  # fmt: skip
+    for metric, label in table_metrics(cfg).items():
+        if note := missing_metric_note(cells, metric):
+            outputs.messages.append(note)
+        if not (long["metric"] == metric).any():
+            outputs.messages.append(f"no evaluation cell reports metric {metric!r}: skipped its tables")
+            continue
+        table = main_table(long, metric, label, float(cfg.main_temperature), **common)
+        if table is None:
+            outputs.messages.append(
+                f"no {metric} results at T = {cfg.main_temperature:g}: skipped main_{metric}"
+            )
+        else:
+            outputs.add_table(out, table)
+        outputs.add_table(out, temperature_table(long, metric, label, **common))
+        sub = long[long["metric"] == metric]
+        expected = {m: expected_for(m, int(cfg.expected_seeds), by_method) for m in sub["method"].unique()}
+        ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
+        stats = cell_intervals(sub, cfg.ci, float(cfg.confidence))
+        outputs.add_figure(
+            out, f"temperature_{metric}", plots.temperature_figure(stats, names, label, ci_text)
+        )
+
+    paired_outputs(cfg, cells, long, out, names, outputs)
+
+    ref_path = (
+        Path(cfg.paper_reference) if cfg.paper_reference else PROJECT_ROOT / "results" / "paper_reference.csv"
+    )
+    if not ref_path.is_file():
+        outputs.messages.append(f"no paper reference at {ref_path}: skipped reproduction_report.md")
+        return
+    cache: dict[str, dict] = {}
+
+    def lookup(model, method, dataset, metric, temp):
+        if metric not in cache:
+            cache[metric] = cell_intervals(long[long["metric"] == metric], cfg.ci, float(cfg.confidence))
+        hits = [v for k, v in cache[metric].items()
+                if k[:4] == (model, method, "", dataset) and np.isclose(k[4], temp)]  # fmt: skip
+        return hits[0] if hits else None
+
+    expected = {m: expected_for(m, int(cfg.expected_seeds), by_method) for m in long["method"].unique()}
+    ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
+    text = report.reproduction_report(report.load_reference(ref_path), lookup, names, ci_text, ref_path)
+    outputs.files[out / "reproduction_report.md"] = text
+
+
+def table_metrics(cfg: DictConfig) -> dict[str, str]:
+    """Metric key -> label for every table and temperature figure: ``metrics`` then ``add_metrics``."""
+    out = {str(k): str(v) for k, v in cfg.metrics.items()}
+    labels = dict(cfg.metric_labels or {})
+    for key in cfg.add_metrics or []:
+        out.setdefault(str(key), str(labels.get(key, key)))
+    return out
+
+
+def missing_metric_note(cells: pd.DataFrame, metric: str) -> str | None:
+    """One line when some cells lack ``metric``, saying why (per-sample lists not stored) and what to do."""
+    from pspo_repro.evaluation.metrics import has_samples
+
+    # Cells whose rows lack the per-sample lists (a k above the samples per prompt, e.g. maj@16 at T = 0
+    # with one greedy sample, is absent by design and not noted).
+    old = [
+        rec
+        for rec in cells.to_dict("records")
+        if metric not in rec["metrics"] and not all(has_samples(p) for p in rec["per_prompt"] or [{}])
+    ]
+    if not old:
+        return None
+    return (
+        f"{metric}: missing from {len(old)} of {len(cells)} evaluation cells (e.g. {old[0]['file']}), written "
+        "before per-prompt rows held the per-sample lists (answers, reward_flags, ...) it needs: rerun their eval stage"
+    )
+
+
+def paired_outputs(cfg: DictConfig, cells: pd.DataFrame, long: pd.DataFrame, out: Path, names: Names,
+                   outputs: Outputs) -> None:  # fmt: skip
+    """``paired_{a}_vs_{b}_{metric}.md/.csv`` for every configured pair and metric."""
+    from pspo_repro.analysis.paired import paired_frame, paired_markdown
+
+    for a, b in cfg.paired.pairs or []:
+        for metric in cfg.paired.metrics:
+            if not (long["metric"] == metric).any():
+                outputs.messages.append(
+                    missing_metric_note(cells, metric)
+                    or f"no evaluation cell reports metric {metric!r}: skipped paired {a} vs {b}"
+                )
+                continue
+            frame = paired_frame(long, metric, str(a), str(b), float(cfg.confidence))
+            label = table_metrics(cfg).get(metric, dict(cfg.metric_labels).get(metric, metric))
+            stem = f"paired_{a}_vs_{b}_{metric}".replace("@", "_at_")
+            outputs.files[out / f"{stem}.md"] = paired_markdown(frame, label, str(a), str(b),
+                                                                float(cfg.confidence), names)  # fmt: skip
+            outputs.files[out / f"{stem}.csv"] = frame.to_csv(index=False)
+            if frame.empty:
+                outputs.messages.append(f"paired {a} vs {b}: no (model, dataset, T) has both methods")
+
+
+def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:
+    """Alpha ablation table and training curves from the training runs."""
+    from pspo_repro.analysis import plots
+
+    ab = cfg.ablation
+    runs, runs_long = load_runs(root, {ab.param: list(ab.config_keys)})
+    outputs.files[out / "long_runs.csv"] = runs_long.to_csv(index=False)
+    table, notes = ablation_table(
+        runs, runs_long, method=ab.method, param=ab.param, metric=ab.metric,
+        step=None if ab.step is None else int(ab.step), confidence=float(cfg.confidence),
+        expected_seeds=int(cfg.expected_seeds), names=names, ci=cfg.ci, tag_prefix=ab.get("tag_prefix"),
+    )  # fmt: skip
+    outputs.messages += notes
+    if table is None:
+        outputs.messages.append(
+            f"no finished {ab.method} runs with {ab.param} and {ab.metric}: skipped alpha_ablation"
+        )
+    else:
+        outputs.add_table(out, table)
+    if (runs_long["metric"] == cfg.curves.metric).any():
+        fig = plots.curves_figure(
+            runs_long, cfg.curves.metric, float(cfg.confidence), names, str(cfg.curves.x)
+        )
+        outputs.add_figure(out, "training_curves", fig)
+    else:
+        outputs.messages.append(f"no run logged {cfg.curves.metric}: skipped training_curves")
+
+
+def summary_text(root: Path, out: Path, cfg: DictConfig, outputs: Outputs) -> str:
+    """What was read, what was written or skipped, and every cell with fewer seeds than expected."""
+    lines = [
+        "# Aggregation summary",
+        "",
+        f"results: {root}; ci: {cfg.ci}; expected seeds: {cfg.expected_seeds}",
+        "",
+    ]
+    lines += ["## Written", ""] + [f"- {p.relative_to(out)}" for p in sorted(outputs.files)] + [""]
+    lines += ["## Notes", ""] + ([f"- {m}" for m in outputs.messages] or ["- none"]) + [""]
+    lines += ["## Cells with fewer seeds than expected", ""] + (
+        [f"- {s}" for s in outputs.short] or ["- none"]
+    )
+    return "\n".join(lines) + "\n"
+
+
+# Extensions of aggregate's outputs: temp files of these names left by a kill are cleaned on the next run.
+OUTPUT_SUFFIXES = (".md", ".tex", ".csv", ".png", ".pdf", ".svg")
+
+
+def write_outputs(outputs: Outputs) -> None:
+    """Write every queued file (text as UTF-8, figures as bytes) as one set per folder
+    (``atomic.write_set``): after a kill the folder holds the previous outputs or, once the next run
+    finishes the switch, the new ones, never half of each; stale temporaries of earlier kills are removed."""
+    by_folder: dict[Path, dict[Path, str | bytes]] = {}
+    for path, content in outputs.files.items():
+        by_folder.setdefault(Path(path).parent, {})[Path(path)] = content
+    for files in by_folder.values():
+        write_set(files, OUTPUT_SUFFIXES)
+
+
+def run(cfg: DictConfig) -> Outputs:
+    """Aggregate the results tree named by ``cfg``; returns what was written."""
+    validate(cfg)
+    root = Path(cfg.results_dir) if cfg.results_dir else results_dir()
+    out = Path(cfg.out_dir) if cfg.out_dir else root / "tables"
+    has_eval, has_runs = bool(eval_files(root)), bool(run_dirs(root))
+    if not has_eval and not has_runs:
+        raise ResultsError(
+            f"no results found under {root} (searched eval/**/*.json and runs/**/metrics.jsonl)"
+        )
+    names, outputs = names_from(cfg), Outputs()
+    if has_eval:
+        eval_outputs(cfg, root, out, names, outputs)
+    else:
+        outputs.messages.append(
+            f"no evaluation cells under {root / 'eval'}: skipped the main and temperature tables, "
+            "their figures and the reproduction report"
+        )
+    if has_runs:
+        run_outputs(cfg, root, out, names, outputs)
+    else:
+        outputs.messages.append(
+            f"no training runs under {root / 'runs'}: skipped the alpha ablation and the training curves"
+        )
+    summary = out / "summary.md"
+    outputs.files[summary] = ""  # listed in itself
+    outputs.files[summary] = summary_text(root, out, cfg, outputs)
+    write_outputs(outputs)
+    return outputs
+
+
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="aggregate")
+def _hydra_main(cfg: DictConfig) -> None:
+    """CLI: a one-line error (file listings folded into it) and exit status 2 on invalid input or options."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pspo_repro.common.cli import fail, first_line
+
+    try:
+        outputs = run(cfg)
+    except (ConfigError, ResultsError) as exc:
+        fail(str(exc))
+    except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
+    except OSError as exc:  # a read-only or full out_dir: the message names the target (atomic.write_set)
+        fail(f"cannot write the outputs: {exc.strerror or exc}")
+    summary = next(p for p in outputs.files if p.name == "summary.md")
+    print(outputs.files[summary], end="")
+
+
+def main() -> None:
+    """Entry point of ``python -m pspo_repro.aggregate``: precheck the overrides, then run Hydra."""
+    from pspo_repro.common.cli import precheck_overrides
+    from pspo_repro.common.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # relative folders: as the user meant them
+    precheck_overrides(PROJECT_ROOT / "conf", "aggregate", sys.argv[1:])  # a typo in a key: one line
+    _hydra_main()

@@ -1,0 +1,240 @@
+"""Trust-region regime table: how far each method's updates left the behaviour policy, and what it cost.
+
+``python -m pspo_repro.regime results_dir=<root> out_dir=<root> [tag=<run tag>] [name=regime]``
+
+Reads the training runs under ``<results_dir>/runs/`` (``metrics.jsonl``, ``run.json``) and the T = 0
+evaluation cells under ``<results_dir>/eval/``, keeps the runs whose tag equals ``tag`` (the untagged
+main runs by default), and writes ``<name>.md`` / ``<name>.csv`` (one row per method) and
+``<name>_fractions.png`` (the fraction of tokens without gradient per optimizer step, mean over seeds).
+
+Columns, each a mean over seeds (test accuracy with its 95% Student t interval over seeds):
+
+- ``test_acc``: reward-style greedy accuracy of the selected checkpoint on the test split;
+- ``val_first`` / ``val_last``: validation reward at the first and last validation step;
+- ``zero_grad``: share of completion tokens whose gradient the method zeroes (clipped, masked or
+  saturated; ``method/zero_grad_frac``), mean over all optimizer steps; ``zero_grad_reuse``: the same
+  over the steps that reuse a rollout (ratio != 1), where a trust region can act at all;
+- ``ratio_std``: spread of r = pi_theta / pi_old over tokens, mean over reuse steps;
+- ``behaviour_kl``: KL(pi_old || pi_theta) per token (k3 estimator), mean over reuse steps;
+- ``grad_clipped``: share of optimizer steps whose gradient norm exceeded ``max_grad_norm`` (where
+  gradient-norm clipping engaged: the only place a constant loss scale such as PSPO's 1 - alpha acts
+  under Adam, besides Adam's eps);
+- ``collapsed``: runs whose selected checkpoint's greedy test accuracy is below half of the base
+  model's (the ``baseline`` cell of the same model): a run that lost most of what the base model could
+  do. ``reward_fell`` counts runs whose mean training reward over the last quarter of steps fell below
+  half of that over the first three logged steps (on the sampling policy, T = 0.8).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from pspo_repro.analysis.stats import t_interval
+from pspo_repro.common.atomic import atomic_open
+
+log = logging.getLogger(__name__)
+COLLAPSE_RATIO = 0.5
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def run_stats(metrics_path: Path, max_grad_norm: float) -> dict[str, float | bool]:
+    """One run's regime statistics from its ``metrics.jsonl`` (definitions: module docstring)."""
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "train/loss" in r]
+    reuse = [r for r in steps if r.get("method/ratio_max") not in (None, 1.0) or r.get("train/behaviour_kl")]
+    rewards = [r["train/reward"] for r in steps if r.get("train/reward") is not None]
+    vals = [r["eval/reward"] for r in rows if r.get("eval/reward") is not None]
+    norms = [r["train/grad_norm"] for r in steps if r.get("train/grad_norm") is not None]
+    first = _mean(rewards[:3])
+    last = _mean(rewards[-max(1, len(rewards) // 4) :])
+    return {
+        "val_first": vals[0] if vals else math.nan,
+        "val_last": vals[-1] if vals else math.nan,
+        "reward_first": first,
+        "reward_last": last,
+        "zero_grad": _mean([r.get("method/zero_grad_frac") for r in steps]),
+        "zero_grad_reuse": _mean([r.get("method/zero_grad_frac") for r in reuse]),
+        "ratio_std": _mean([r.get("train/ratio_std") for r in reuse]),
+        "behaviour_kl": _mean([r.get("train/behaviour_kl") for r in reuse]),
+        "grad_clipped": _mean([float(n > max_grad_norm) for n in norms]),
+        "reward_fell": bool(rewards) and last < COLLAPSE_RATIO * first,
+        "steps": len(steps),
+    }
+
+
+def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float | None:
+    cell = results_dir / "eval" / model / method / folder / "synthetic" / "T0.0.json"
+    if not cell.is_file():
+        return None
+    return float(json.loads(cell.read_text())["metrics"]["reward_acc"])
+
+
+def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
+    """One row per (model, method): regime statistics over the seeds of runs with this ``tag``."""
+    by_method: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for info_path in sorted(results_dir.glob("runs/*/*/*/run.json")):
+        info = json.loads(info_path.read_text())
+        if info.get("status") != "finished" or (info.get("tag") or "") != tag:
+            continue
+        folder = info_path.parent
+        model, method = folder.parent.parent.name, folder.parent.name
+        max_norm = float(info["config"]["trainer"].get("max_grad_norm") or math.inf)
+        stats = run_stats(folder / "metrics.jsonl", max_norm)
+        stats["test_acc"] = _test_acc(results_dir, model, method, folder.name)
+        by_method.setdefault((model, method), []).append(stats)
+    rows = []
+    for (model, method), runs in sorted(by_method.items()):
+        base = _test_acc(results_dir, model, "baseline", "seed0")
+        accs = [r["test_acc"] for r in runs if r["test_acc"] is not None]
+        ci = t_interval(accs) if accs else None
+        row: dict[str, Any] = {"model": model, "method": method, "tag": tag, "n_seeds": len(runs)}
+        row["test_acc"] = ci.mean if ci else math.nan
+        row["test_acc_low"] = ci.low if ci else math.nan
+        row["test_acc_high"] = ci.high if ci else math.nan
+        for key in ("val_first", "val_last", "zero_grad", "zero_grad_reuse", "ratio_std", "behaviour_kl",
+                    "grad_clipped"):  # fmt: skip
+            row[key] = _mean([r[key] for r in runs])
+        row["base_acc"] = math.nan if base is None else base
+        row["collapsed"] = (
+            sum(a < COLLAPSE_RATIO * base for a in accs) if base is not None and accs else math.nan
+        )
+        row["reward_fell"] = sum(bool(r["reward_fell"]) for r in runs)
+        rows.append(row)
+    return rows
+
+
+def _fmt(x: float, pct: bool = False, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:.1f}" if pct else f"{x:.{digits}f}"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The regime table as Markdown (percentages for accuracies and fractions), under a one-line caption."""
+    base = next((r["base_acc"] for r in rows if not math.isnan(r["base_acc"])), math.nan)
+    caption = (
+        f"Base model (SFT) greedy test accuracy: {_fmt(base, True)}%. Means over seeds; collapsed: the "
+        "selected checkpoint below half of the base model's accuracy; reward fell: the last quarter's "
+        "training reward below half of the first steps'. Definitions: pspo_repro/regime.py.\n\n"
+    )
+    head = caption + (
+        "| Method | Seeds | Test acc. (T=0) [95% CI] | Val. reward first -> last | Zero-grad tokens % "
+        "(all / reuse steps) | Ratio std | KL(old\\|\\|new) | Grad-norm clipped % | Collapsed | Reward fell |\n"
+        "|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+    for r in rows:
+        ci = (
+            f" [{_fmt(r['test_acc_low'], True)}, {_fmt(r['test_acc_high'], True)}]"
+            if not math.isnan(r["test_acc_low"])
+            else ""
+        )
+        lines.append(
+            f"| {r['method']} | {r['n_seeds']} | {_fmt(r['test_acc'], True)}{ci} | "
+            f"{_fmt(r['val_first'])} -> {_fmt(r['val_last'])} | "
+            f"{_fmt(r['zero_grad'], True)} / {_fmt(r['zero_grad_reuse'], True)} | {_fmt(r['ratio_std'])} | "
+            f"{_fmt(r['behaviour_kl'], digits=4)} | {_fmt(r['grad_clipped'], True)} | "
+            f"{'-' if isinstance(r['collapsed'], float) else r['collapsed']}/{r['n_seeds']} | "
+            f"{r['reward_fell']}/{r['n_seeds']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def fractions_figure(results_dir: Path, tag: str):
+    """Zero-gradient token fraction per optimizer step (mean over seeds), one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    series: dict[str, dict[int, list[float]]] = {}
+    kls: dict[str, dict[int, list[float]]] = {}
+    for info_path in sorted(results_dir.glob("runs/*/*/*/run.json")):
+        info = json.loads(info_path.read_text())
+        if info.get("status") != "finished" or (info.get("tag") or "") != tag:
+            continue
+        method = info_path.parent.parent.name
+        for line in (info_path.parent / "metrics.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            if r.get("method/zero_grad_frac") is not None:
+                series.setdefault(method, {}).setdefault(r["num_tokens"], []).append(
+                    r["method/zero_grad_frac"]
+                )
+            if r.get("train/behaviour_kl") is not None:
+                kls.setdefault(method, {}).setdefault(r["num_tokens"], []).append(r["train/behaviour_kl"])
+    for ax, data, label in ((axes[0], series, "zero-gradient tokens"), (axes[1], kls, "KL(old || new)")):
+        for method, pts in sorted(data.items()):
+            xs = sorted(pts)
+            ax.plot(xs, [_mean(pts[x]) for x in xs], label=method, lw=1.2)
+        ax.set_xlabel("tokens (prompt + completion)")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime") -> list[Path]:
+    """Write ``<name>.md``, ``<name>.csv`` and ``<name>_fractions.png`` into ``out_dir``; return the paths."""
+    import csv
+
+    rows = collect(results_dir, tag)
+    if not rows:
+        raise ValueError(f"no finished runs with tag {tag!r} under {results_dir / 'runs'}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}_fractions.png"]
+    with atomic_open(paths[0], "w", encoding="utf-8") as fh:
+        fh.write(markdown(rows))
+    with atomic_open(paths[1], "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    from pspo_repro.analysis.plots import render
+
+    png = render(fractions_figure(results_dir, tag))["png"]  # bytes; written atomically like the rest
+    with atomic_open(paths[2], "wb") as fh:
+        fh.write(png)
+    return paths
+
+
+KEYS = ("results_dir", "out_dir", "tag", "name")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pspo_repro.regime results_dir=... out_dir=... [tag=...] [name=...]``; returns the exit code."""
+    args: dict[str, str] = {}
+    for item in sys.argv[1:] if argv is None else argv:
+        key, sep, value = item.partition("=")
+        if not sep or key not in KEYS:
+            print(
+                f"error: bad argument {item!r}; expected key=value with key in {', '.join(KEYS)}",
+                file=sys.stderr,
+            )
+            return 2
+        args[key] = value
+    missing = [k for k in ("results_dir", "out_dir") if not args.get(k)]
+    if missing:
+        print(f"error: {', '.join(missing)} required (key=<folder>)", file=sys.stderr)
+        return 2
+    try:
+        paths = write(
+            Path(args["results_dir"]),
+            Path(args["out_dir"]),
+            args.get("tag", ""),
+            args.get("name") or "regime",
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,8 @@
+"""Shared plumbing under every stage: where results live and how they are written.
+
+``paths`` (project, config, results, cache and data folders), ``safe_paths`` (the one rule that turns a
+name into a path under results/), ``atomic`` (writes that never leave half a file), ``run_dir`` (a
+training run's folder, run.json and checkpoint markers), ``provenance`` (git sha and package versions),
+``redact`` (secrets kept out of every record), ``cli`` (one-line errors and option checks shared by the
+entry points). Imports nothing else of the package.
+"""

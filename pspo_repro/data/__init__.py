@@ -1,0 +1,6 @@
+"""Stage 1, the data: problem records, benchmark loaders, the synthetic task and prompt templates.
+
+``problems`` (the ``Problem`` record and dataset registry types), ``datasets`` (the benchmarks, the
+registry and the loaders), ``synthetic`` (the mini-reproduction's generated task), ``prompts`` (chat
+templates). Imports only ``common``.
+"""

@@ -1,0 +1,50 @@
+"""The records every stage shares: ``Problem`` (one question with its gold answer), ``DatasetSpec`` (how
+one dataset is read) and ``DataError`` (a one-line loading error). Imports nothing of the package, so
+``datasets`` and ``synthetic`` both build on it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+AnswerKind = Literal["numeric", "latex", "text"]
+
+
+class DataError(ValueError):
+    """A dataset could not be loaded; the message is one line naming the file/line/field at fault."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: a stable id, the user-message text, the gold answer and how to compare it."""
+
+    id: str
+    question: str
+    answer: str
+    answer_kind: AnswerKind
+    solution: str | None = None
+    # The gold string exactly as the authors' code hands it to their reward (ASDiv's "9 (apples)", a
+    # multi-answer row's whole "5 (years old); 15 (years old)"); None: ``answer`` (they agree in value).
+    authors_gold: str | None = None
+
+
+# A row reader gets (row, source, line) and returns a Problem (None: skip a documented bad row);
+# ``source``/``line`` only feed error messages.
+RowFn = Callable[[dict[str, Any], str, int], "Problem | None"]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How to load one dataset: offline files per split, a hub loader per split, and the row converter."""
+
+    files: dict[str, str]  # split -> path relative to PSPO_DATA_DIR
+    rows: dict[str, RowFn]  # split -> row converter
+    hub: dict[str, Callable[[], Iterable[dict[str, Any]]]] = field(default_factory=dict)
+    hub_names: dict[str, str] = field(default_factory=dict)  # split -> hub id, for messages
+    # True: ``hub`` is a local generator (no network), used when PSPO_DATA_DIR lacks the file. Only for
+    # datasets that are defined by code (synthetic); a real benchmark's missing file stays an error.
+    generated: bool = False
+    # A fixed validation split (load_train_val): validation rows come from it, never from ``train``.
+    val_split: str | None = None

@@ -1,0 +1,782 @@
+"""Evaluation entry point: a temperature sweep per benchmark, one JSON result per (run, dataset, T).
+
+    python -m pspo_repro.evaluate run=results/runs/tiny/pspo/seed0 eval=gsm8k
+    python -m pspo_repro.evaluate model=tiny eval=all temperatures=[0.0,0.8] eval.limit=50
+
+The model loads once for the whole sweep. Work proceeds in chunks of prompts; every finished chunk is
+appended (fsync) to ``T{t}.partial.jsonl`` beside the final file, so a killed run resumes where it
+stopped; the final JSON and the compressed completions are written atomically, then the partial file is
+removed. Finished cells are skipped. The final files hold no wall-clock data, so they are byte-identical
+whether or not a resume happened. Bad input ends with one ``error: ...`` line and nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pspo_repro.common.atomic import atomic_open, write_json
+from pspo_repro.common.paths import CONF_DIR, results_dir
+from pspo_repro.common.provenance import git_sha, package_versions
+from pspo_repro.common.redact import redact
+from pspo_repro.common.safe_paths import (
+    UnsafePathError,
+    check_name,
+    check_seed,
+    ensure_under,
+    results_path,
+    seed_folder,
+)
+from pspo_repro.data.datasets import get_spec, load_benchmark
+from pspo_repro.data.problems import DataError, Problem
+from pspo_repro.evaluation import metrics
+from pspo_repro.evaluation.metrics import majority_vote
+from pspo_repro.scoring import grading
+from pspo_repro.scoring.authors_reward import authors_gsm8k_reward
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# Bumped whenever grading changes what a sample scores: a partial shard or final cell graded by another
+# version does not match (the header differs), so no cell mixes two graders.
+GRADER_VERSION = 2
+PASS_KS = metrics.PASS_KS
+# chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
+CHUNK_SIZE = {"hf": 32, "vllm": 512}
+# Test hook: called after each chunk is appended (fault-injection tests raise from it).
+AFTER_CHUNK_HOOK: Callable[[int], None] | None = None
+
+
+class EvalError(ValueError):
+    """Bad evaluation input; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is evaluated and under which identity the results are stored."""
+
+    model: str
+    method: str
+    seed: int
+    tag: str
+    run_dir: str | None
+    checkpoint: str  # a local folder or a hub id
+
+
+# ---------------------------------------------------------------- input resolution
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
+
+
+def _check_checkpoint(folder: Path) -> None:
+    if not folder.is_dir():
+        raise EvalError(f"checkpoint not found: {folder}")
+    if not (folder / "config.json").is_file():
+        raise EvalError(f"checkpoint {folder} has no config.json (not a saved model)")
+    if not _has_tokenizer(folder):
+        raise EvalError(f"checkpoint {folder} has no tokenizer files (tokenizer.json/tokenizer_config.json)")
+    # Weights are read as safetensors only: a pickle (pytorch_model.bin) can run code when loaded.
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise EvalError(f"checkpoint {folder} has no *.safetensors weights (pickled weights are not loaded)")
+    from pspo_repro.common.run_dir import _safetensors_problem
+
+    for shard in shards:
+        if why := _safetensors_problem(shard):
+            raise EvalError(f"checkpoint {folder}: {why}")
+
+
+def _check_finished(info: dict[str, Any], info_path: Path, folder: Path, by_name: bool) -> None:
+    """An unfinished run or a checkpoint without its completion marker is refused (its best checkpoint can
+    still change, or its save was cut short), unless the checkpoint was named with ``checkpoint=``: then
+    one warning line, and the cells record why they are provisional."""
+    from pspo_repro.common.run_dir import COMPLETE_MARKER
+
+    problems = []
+    if info.get("status") != "finished":
+        problems.append(
+            f"the run is {info.get('status', 'of unknown status')!r}, not 'finished' ({info_path})"
+        )
+    if not (folder / COMPLETE_MARKER).is_file():
+        problems.append(f"{folder} has no {COMPLETE_MARKER} (its save may have been cut short)")
+    if not problems:
+        return
+    if not by_name:
+        raise EvalError(
+            f"{'; '.join(problems)}: refusing to write final-looking results; wait for the run to finish, "
+            f"or name a checkpoint with checkpoint=<folder> to evaluate it anyway"
+        )
+    PROVISIONAL[str(folder.resolve())] = "; ".join(problems)
+    print(f"warning: evaluating {folder} as asked by name, although {'; '.join(problems)}", file=sys.stderr)
+
+
+# Checkpoints evaluated although unfinished (named with checkpoint=): resolved path -> why (in their cells).
+PROVISIONAL: dict[str, str] = {}
+
+
+def resolve_target(cfg: Any) -> Target:
+    """The model/checkpoint to evaluate and its result identity, from ``run=`` or ``model=``."""
+    if cfg.run and cfg.model_ref:
+        raise EvalError("give run=<run folder> or model=<name|path|hub id>, not both")
+    local = cfg.get("model_path")
+    if local and not cfg.model_ref:  # with run= it would be ignored
+        raise EvalError("model_path= needs model=<preset>: the folder holds that preset's weights")
+    if cfg.run:
+        run_dir = Path(str(cfg.run)).expanduser()
+        if not run_dir.is_dir() and (results_dir() / "runs" / str(cfg.run)).is_dir():
+            run_dir = results_dir() / "runs" / str(cfg.run)
+        if not run_dir.is_dir():
+            raise EvalError(
+                f"run folder not found: {cfg.run} (also tried {results_dir() / 'runs' / str(cfg.run)})"
+            )
+        info_path = run_dir / "run.json"
+        if not info_path.is_file():
+            raise EvalError(f"{info_path} not found: not a training run folder")
+        try:
+            info = json.loads(info_path.read_bytes().decode("utf-8"))
+        except json.JSONDecodeError as exc:
+            raise EvalError(f"{info_path}: malformed JSON ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise EvalError(f"{info_path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        if not isinstance(info, dict):
+            raise EvalError(f"{info_path}: expected a JSON object, got {type(info).__name__}")
+        missing = [k for k in ("model", "method", "seed") if info.get(k) is None]
+        if missing:
+            raise EvalError(f"{info_path}: missing field(s) {', '.join(missing)}")
+        ckpt = cfg.checkpoint or info.get("best_checkpoint")
+        if not ckpt:
+            raise EvalError(f"{info_path} has no best_checkpoint; pass checkpoint=<folder>")
+        if not isinstance(ckpt, str):
+            raise EvalError(f"{info_path}: best_checkpoint must be a folder name, got {ckpt!r}")
+        folder = Path(str(ckpt)).expanduser()
+        folder = folder if folder.is_absolute() else run_dir / folder
+        try:
+            # Results are filed under the run's identity: only a checkpoint of that run may carry it.
+            source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
+            ensure_under(run_dir, folder, source)
+        except UnsafePathError as exc:
+            raise EvalError(f"{exc}, the run folder; evaluate another model as model=<folder>") from None
+        _check_checkpoint(folder)
+        try:  # run.json is a file on disk: its names are untrusted like any other (safe_paths)
+            target = Target(
+                check_name(f"model in {info_path}", info["model"]),
+                check_name(f"method in {info_path}", info["method"]),
+                check_seed(f"seed in {info_path}", info["seed"]),
+                check_name(f"tag in {info_path}", info["tag"]) if info.get("tag") else "",
+                str(run_dir),
+                str(folder.resolve()),
+            )
+        except UnsafePathError as exc:
+            raise EvalError(str(exc)) from None
+        _check_finished(info, info_path, folder, by_name=bool(cfg.checkpoint))
+        return target
+    if not cfg.model_ref:
+        raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
+    if cfg.checkpoint:
+        raise EvalError("checkpoint= selects a checkpoint of a run; use it with run=, or pass model=<path>")
+    name = str(cfg.model_ref)
+    preset = CONF_DIR / "model" / f"{name}.yaml"
+    if local and not ("/" not in name and preset.is_file()):
+        presets = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+        raise EvalError(
+            f"model_path= gives a preset's weights and needs model=<preset> ({', '.join(presets)}), "
+            f"got model={name}"
+        )
+    if "/" not in name and preset.is_file():
+        # A training model preset (conf/model/<name>.yaml): the same name as its training runs, so the
+        # baseline row lines up with them in tables.
+        from omegaconf import OmegaConf
+
+        spec = OmegaConf.load(preset)
+        if local:
+            # The preset's weights from a local folder (offline): stored under the preset's name too.
+            path = Path(str(local)).expanduser()
+            _check_checkpoint(path)
+            return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
+        if spec.get("path"):
+            path = Path(str(spec.path)).expanduser()
+            _check_checkpoint(path)
+            return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
+        if spec.get("hub_id"):
+            return Target(str(spec.name), "baseline", 0, "", None, str(spec.hub_id))
+        if name == "tiny":
+            from pspo_repro.training.tiny_model import tiny_model_path
+
+            return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
+        raise EvalError(f"{preset} names neither path nor hub_id")
+    if name == "tiny":
+        from pspo_repro.training.tiny_model import tiny_model_path
+
+        return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
+    path = Path(name).expanduser()
+    if path.exists():
+        _check_checkpoint(path)
+        try:
+            label = check_name(f"model={name} (its folder name names the results)", path.resolve().name)
+        except UnsafePathError as exc:
+            raise EvalError(str(exc)) from None
+        return Target(label, "baseline", 0, "", None, str(path.resolve()))
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise EvalError(f"model path not found: {name}")
+    try:
+        label = check_name(f"model={name}", name.split("/")[-1])
+    except UnsafePathError as exc:
+        raise EvalError(str(exc)) from None
+    return Target(label, "baseline", 0, "", None, name)  # a hub id
+
+
+def _number(key: str, value: Any, kind: type = float) -> Any:
+    """``value`` as a finite number of ``kind`` (int: no fractional part), else a one-line EvalError."""
+    allowed = "an integer" if kind is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise EvalError(f"{key} must be {allowed}, got {value!r}")
+    try:
+        x = float(value)
+    except ValueError:
+        raise EvalError(f"{key} must be {allowed}, got {value!r}") from None
+    if x != x or x in (float("inf"), float("-inf")) or (kind is int and not x.is_integer()):
+        raise EvalError(f"{key} must be {allowed}, got {value!r}")
+    return int(x) if kind is int else x
+
+
+def validate(cfg: Any) -> tuple[list[str], list[float]]:
+    """Dataset names and temperatures after checking every setting (raises EvalError)."""
+    datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
+    if not datasets:
+        raise EvalError("eval.datasets is empty")
+    for name in datasets:
+        get_spec(name)  # unknown names list the allowed ones
+    raw_temps = cfg.temperatures if isinstance(cfg.temperatures, Sequence) else [cfg.temperatures]
+    temps = [_number("temperature", t) for t in raw_temps]
+    if not temps:
+        raise EvalError("temperatures is empty")
+    for t in temps:
+        if t < 0:
+            raise EvalError(f"temperature must be >= 0, got {t}")
+    labels = [f"{t:.1f}" for t in temps]
+    if len(set(labels)) != len(labels):
+        raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
+    for key in ("n_samples", "max_new_tokens", "chunk_size", "batch_size", "sampling_seed"):
+        if key == "chunk_size" and cfg[key] is None:
+            continue  # the backend's default (CHUNK_SIZE)
+        v = _number(key, cfg[key], int)
+        if v < (0 if key == "sampling_seed" else 1):
+            raise EvalError(
+                f"{key} must be a {'non-negative' if key == 'sampling_seed' else 'positive'} integer, got {v}"
+            )
+    if not 0 < _number("top_p", cfg.top_p) <= 1:
+        raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
+    from pspo_repro.data.prompts import TEMPLATES
+
+    if str(cfg.prompt_template) not in TEMPLATES:
+        raise EvalError(
+            f"unknown prompt_template {cfg.prompt_template!r}; allowed: {', '.join(sorted(TEMPLATES))}"
+        )
+    if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
+        raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
+    return datasets, temps
+
+
+# ---------------------------------------------------------------- files and identity
+
+
+def eval_dir(target: Target, dataset: str) -> Path:
+    """``results/eval/{model}/{method}/seed{seed}[-tag]/{dataset}/``: every component checked by
+    ``safe_paths``' name rule and the folder proven to lie under ``results/eval`` (UnsafePathError)."""
+    return results_path(
+        results_dir() / "eval",
+        ("model", target.model),
+        ("method", target.method),
+        ("seed folder", seed_folder(target.seed, target.tag)),
+        ("dataset", dataset),
+    )
+
+
+def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
+    """The final JSON, the completions and the partial shard of one cell."""
+    stem = f"T{temperature:.1f}"
+    return {
+        "json": folder / f"{stem}.json",
+        "completions": folder / f"{stem}.completions.jsonl.gz",
+        "partial": folder / f"{stem}.partial.jsonl",
+        # Beside the dataset folder, so the cell folder holds only results; never deleted (unlinking a
+        # lock file another process waits on would let a third one take a fresh lock at once).
+        "lock": folder.parent / ".locks" / f"{folder.name}.{stem}.lock",
+    }
+
+
+def rows_sha256(problems: list[Problem]) -> str:
+    """Hash of the problem ids used, in order: two cells compare only if they used the same rows."""
+    return hashlib.sha256("\n".join(p.id for p in problems).encode()).hexdigest()
+
+
+def n_for(temperature: float, n_samples: int) -> int:
+    """One sample at T = 0 (greedy), ``n_samples`` above."""
+    return 1 if temperature == 0 else n_samples
+
+
+def _grade_one(text: str, problem: Problem) -> dict[str, Any]:
+    """Both gradings of one completion and the authors' reward value (``reward``: the paper-comparable
+    grade, on the gold string their code passes); a grading failure (a bad gold row) is recorded, never
+    raised."""
+    # The authors' reward is pure string and float work that never raises (their bare excepts).
+    reward = authors_gsm8k_reward(text, problem.authors_gold or problem.answer)
+    try:
+        g = grading.grade(text, problem.answer, problem.answer_kind)
+    except Exception as exc:  # one bad row must not abort a sweep: it counts as wrong and is reported
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return {"final_answer": None, "answer_key": None, "reward_correct": 0, "true_correct": 0,
+                "reward": reward, "timed_out": 0, "grading_error": f"{type(exc).__name__}: {first}"}  # fmt: skip
+    return {
+        "final_answer": g.final_answer,
+        "answer_key": g.answer_key,
+        "reward_correct": int(g.reward_correct),
+        "true_correct": int(g.true_correct),
+        "reward": float(reward),
+        "timed_out": int(g.timed_out),
+    }
+
+
+def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
+    """One prompt's partial-shard record: its completions with both gradings, final-answer keys and the
+    authors' reward value (the paper-comparable grade, on the gold string their code passes)."""
+    samples = [
+        {"text": c.text, "token_ids": list(c.token_ids), **_grade_one(c.text, problem)} for c in completions
+    ]
+    return {
+        "id": problem.id,
+        "gold": problem.answer,
+        "authors_gold": problem.authors_gold,
+        "samples": samples,
+    }
+
+
+def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
+    """Per-prompt counts and per-sample lists for the result JSON (enough to recompute every metric)."""
+    s = record["samples"]
+    keys = [x["answer_key"] for x in s]
+    n = len(s)
+    row = {
+        "id": record["id"],
+        "n": n,
+        "reward_correct": sum(x["reward_correct"] for x in s),
+        "true_correct": sum(x["true_correct"] for x in s),
+        # authors_correct: the authors' reward > 0.5, how their evaluation counts a sample correct.
+        "authors_correct": sum(float(x["reward"]) > 0.5 for x in s),
+        "authors_reward_mean": sum(float(x["reward"]) for x in s) / n,
+        # reward_maj: the most frequent final answer (ties: first seen; no answer never wins) is reward-correct.
+        "reward_maj": int(majority_vote(keys, [bool(x["reward_correct"]) for x in s])),
+        # true_maj: more than half of the samples contain the gold somewhere.
+        "true_maj": int(2 * sum(x["true_correct"] for x in s) > n),
+        "mean_length": sum(len(x["token_ids"]) for x in s) / n,
+        **metrics.sample_lists(s),
+        "timeouts": sum(x.get("timed_out", 0) for x in s),
+    }
+    errors = sorted({x["grading_error"] for x in s if x.get("grading_error")})
+    if errors:
+        row["grading_error"] = errors[0]
+    return row
+
+
+def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
+    """Accuracies over all samples (top-1 at T = 0), pass@k for k <= n, majority votes (ours and the
+    authors' maj@k), best-of-n, first-sample top-1, agreement, unique answers, length (``metrics``)."""
+    return metrics.cell_metrics(per_prompt)
+
+
+# ---------------------------------------------------------------- partial shards
+
+
+def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[str, dict[str, Any]]:
+    """Finished prompt records from a partial shard, deduplicated by id (first wins).
+
+    A shard written under different settings is discarded (it would mix incompatible samples); a torn
+    last line (a kill mid-write) is dropped.
+    """
+    if not path.is_file():
+        return {}
+    lines = []
+    for raw in path.read_bytes().splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:  # damaged bytes: like a torn line, that record is redone
+            lines.append("")
+    try:
+        first = json.loads(lines[0]) if lines else None
+    except json.JSONDecodeError:
+        first = None
+    if not isinstance(first, dict) or first.get("header") != header:
+        log.warning("%s: written under other settings or unreadable; starting this cell afresh", path)
+        path.unlink()
+        return {}
+    done: dict[str, dict[str, Any]] = {}
+    for line in lines[1:]:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # only the last line can be torn: we append whole lines and fsync each chunk
+        if isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in done:
+            done[rec["id"]] = rec
+    return done
+
+
+def append_records(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """Append finished records in one write and fsync (the header line first for a new shard)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not path.exists() or path.stat().st_size == 0
+    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    if fresh:
+        blob = json.dumps({"header": header}, sort_keys=True) + "\n" + blob
+    with open(path, "a", encoding="utf-8") as fh:
+        if not fresh and fh.tell() > 0:
+            # A torn last line from a kill: terminate it so our records start on their own line.
+            with open(path, "rb") as rd:
+                rd.seek(-1, os.SEEK_END)
+                if rd.read(1) != b"\n":
+                    blob = "\n" + blob
+        fh.write(blob)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_completions(path: Path, records: list[dict[str, Any]]) -> None:
+    """The raw completions as gzip JSONL, byte-deterministic (mtime 0, no file name in the header)."""
+    with atomic_open(path, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+            for rec in records:
+                gz.write((json.dumps(rec, sort_keys=True) + "\n").encode())
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+@dataclass
+class Cell:
+    """One unfinished (dataset, temperature) cell: its file paths, settings header and finished prompts."""
+
+    dataset: str
+    temperature: float
+    paths: dict[str, Path]
+    header: dict[str, Any]
+    done: dict[str, dict[str, Any]]
+
+
+def _header(
+    target: Target, cfg: Any, dataset: str, problems: list[Problem], t: float, backend: str
+) -> dict[str, Any]:
+    """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "grader": GRADER_VERSION,
+        "model": target.model,
+        "method": target.method,
+        "seed": target.seed,
+        "tag": target.tag,
+        "checkpoint": target.checkpoint,
+        "dataset": dataset,
+        "split": str(cfg.eval.split),
+        "limit": None if cfg.eval.limit is None else int(cfg.eval.limit),
+        "num_prompts": len(problems),
+        "rows_sha256": rows_sha256(problems),
+        "temperature": t,
+        "top_p": float(cfg.top_p),
+        "max_new_tokens": int(cfg.max_new_tokens),
+        "n_samples": n_for(t, int(cfg.n_samples)),
+        "sampling_seed": int(cfg.sampling_seed),
+        "prompt_template": str(cfg.prompt_template),
+        "backend": backend,
+    }
+
+
+def _final_matches(path: Path, header: dict[str, Any]) -> bool:
+    try:
+        existing = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvalError(
+            f"{path}: unreadable result file ({exc}); delete it to evaluate the cell again"
+        ) from None
+    if not isinstance(existing, dict):
+        raise EvalError(f"{path}: not a result file (a JSON {type(existing).__name__}); delete it")
+    differing = [k for k, v in header.items() if existing.get(k) != v]
+    if differing:
+        raise EvalError(
+            f"{path} exists with different settings ({', '.join(differing)}); delete it or evaluate under another tag"
+        )
+    return True
+
+
+def evaluate(cfg: Any) -> list[dict[str, Any]]:
+    """Run the sweep described by a composed ``evaluate`` config; returns every cell's result dict."""
+
+    from pspo_repro.evaluation.backends import resolve_backend_name
+
+    datasets, temps = validate(cfg)
+    target = resolve_target(cfg)
+    try:
+        backend_name = resolve_backend_name(str(cfg.backend))
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    problems_by_ds = {name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit) for name in datasets}
+
+    cells: list[Cell] = []
+    for name, problems in problems_by_ds.items():
+        try:
+            folder = eval_dir(target, name)
+        except UnsafePathError as exc:
+            raise EvalError(str(exc)) from None
+        for t in temps:
+            paths = cell_paths(folder, t)
+            header = _header(target, cfg, name, problems, t, backend_name)
+            if paths["json"].is_file() and _final_matches(paths["json"], header):
+                log.info("done already: %s", paths["json"])
+                continue
+            cells.append(Cell(name, t, paths, header, {}))
+
+    # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
+    # offline) is a one-line error with nothing written.
+    tokenizer = _load_tokenizer(target.checkpoint) if cells else None
+    with contextlib.ExitStack() as locks:
+        cells = _lock_cells(cells, locks)
+        _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer)
+
+    results = []
+    for name in datasets:
+        for t in temps:
+            results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
+    print_table(results)
+    return results
+
+
+def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
+    """Take each pending cell's lock (``fcntl.flock``, released when ``stack`` closes or the process dies).
+
+    Two processes given the same cell (a requeued job racing its first attempt): the second waits for
+    the first, then finds the final file and skips the cell, so no cell is generated twice and no
+    partial shard gets two writers. Locks are taken in path order (no deadlock between sweeps).
+    """
+    for c in sorted(cells, key=lambda c: str(c.paths["lock"])):
+        c.paths["lock"].parent.mkdir(parents=True, exist_ok=True)
+        fh = stack.enter_context(open(c.paths["lock"], "a"))  # closed by the stack
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s is being evaluated by another process: waiting for it", c.paths["json"])
+            fcntl.flock(fh, fcntl.LOCK_EX)
+    pending = []
+    for c in cells:
+        if c.paths["json"].is_file() and _final_matches(c.paths["json"], c.header):
+            log.info("done by another process meanwhile: %s", c.paths["json"])
+            continue
+        pending.append(c)
+    return pending
+
+
+def _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer) -> None:
+    """Generate, grade and write every pending cell (the model loads once, only if a cell is pending)."""
+    from omegaconf import OmegaConf
+    from tqdm.auto import tqdm
+
+    from pspo_repro.data.prompts import render_prompt
+    from pspo_repro.evaluation.backends import Request, make_backend, request_seed
+
+    if cells:
+        backend = make_backend(
+            backend_name,
+            target.checkpoint,
+            seed=int(cfg.sampling_seed),
+            batch_size=int(cfg.batch_size),
+            device=str(cfg.device),
+            **OmegaConf.to_container(cfg.vllm, resolve=True),
+        )
+        log.info("evaluating %s (%s) with the %s backend", target.checkpoint, target.method, backend.name)
+        chunk_no = 0
+        for name, problems in problems_by_ds.items():
+            ds_cells = [c for c in cells if c.dataset == name]
+            if not ds_cells:
+                continue
+            wanted = {p.id for p in problems}
+            for c in ds_cells:
+                c.done = read_partial(c.paths["partial"], c.header, wanted)
+            prompts = [render_prompt(tokenizer, p.question, str(cfg.prompt_template)) for p in problems]
+            prompt_ids = [tuple(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in prompts]
+            size = int(cfg.chunk_size) if cfg.chunk_size is not None else CHUNK_SIZE[backend_name]
+            bar = tqdm(
+                total=len(problems) * len(ds_cells), desc=f"{name} T={[c.temperature for c in ds_cells]}"
+            )
+            bar.update(sum(len(c.done) for c in ds_cells))
+            for start in range(0, len(problems), size):
+                todo = [
+                    (c, i)
+                    for c in ds_cells
+                    for i in range(start, min(start + size, len(problems)))
+                    if problems[i].id not in c.done
+                ]
+                if not todo:
+                    continue
+                # Every pending temperature of this chunk in one submission (vLLM batches across them).
+                requests = [
+                    Request(
+                        prompts[i],
+                        prompt_ids[i],
+                        c.temperature,
+                        n_for(c.temperature, int(cfg.n_samples)),
+                        request_seed(int(cfg.sampling_seed), c.temperature, problems[i].id),
+                    )
+                    for c, i in todo
+                ]
+                outputs = backend.generate(requests, int(cfg.max_new_tokens), float(cfg.top_p))
+                for c in ds_cells:
+                    recs = [
+                        grade_samples(problems[i], out)
+                        for (cc, i), out in zip(todo, outputs, strict=True)
+                        if cc is c
+                    ]
+                    if recs:
+                        append_records(c.paths["partial"], c.header, recs)
+                        c.done.update({r["id"]: r for r in recs})
+                bar.update(len(todo))
+                chunk_no += 1
+                if AFTER_CHUNK_HOOK is not None:
+                    AFTER_CHUNK_HOOK(chunk_no)
+            bar.close()
+            for c in ds_cells:
+                _finish_cell(c, problems, cfg, target)
+
+
+def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> None:
+    """Write completions then the final JSON (its presence marks the cell done), then drop the shard."""
+    from omegaconf import OmegaConf
+
+    records = [c.done[p.id] for p in problems]
+    per_prompt = [per_prompt_row(r) for r in records]
+    write_completions(c.paths["completions"], records)
+    result = {
+        **c.header,
+        "run_dir": target.run_dir,
+        # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
+        "config": redact(OmegaConf.to_container(cfg, resolve=True)),
+        "versions": package_versions(),
+        "git_sha": git_sha(),
+        "per_prompt": per_prompt,
+        "metrics": cell_metrics(per_prompt),
+    }
+    if target.checkpoint in PROVISIONAL:  # asked for by name (checkpoint=) although unfinished
+        result["provisional"] = PROVISIONAL[target.checkpoint]
+    write_json(c.paths["json"], result)
+    c.paths["partial"].unlink(missing_ok=True)
+    log.info("wrote %s", c.paths["json"])
+
+
+def _load_tokenizer(checkpoint: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalError(f"cannot load the tokenizer of {checkpoint}: {first}") from None
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    """Both accuracies per dataset and temperature (plus the largest pass@k and majority vote)."""
+    lines = [
+        f"{'dataset':<11} {'T':>4} {'n':>3} {'reward_acc':>10} {'true_acc':>9} {'authors_acc':>11} {'pass@n':>7} {'maj':>6}"
+    ]
+    for r in results:
+        m, n = r["metrics"], r["n_samples"]
+        k = max(k for k in PASS_KS if k <= n)
+        lines.append(
+            f"{r['dataset']:<11} {r['temperature']:>4.1f} {n:>3} {m['reward_acc']:>10.4f} {m['true_acc']:>9.4f} "
+            f"{m.get('authors_acc', float('nan')):>11.4f} "
+            f"{m[f'reward_pass@{k}']:>7.4f} {m['reward_maj']:>6.4f}"
+        )
+    print("\n".join(lines), flush=True)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _precheck_argv(argv: list[str]) -> None:
+    """Catch a missing ``eval=<name>`` group file before Hydra (whose error spans several lines)."""
+    for arg in argv:
+        if arg.startswith("eval="):
+            name = arg.split("=", 1)[1]
+            if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
+                allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
+                raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
+
+
+def _hydra_main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
+    def _run(cfg: Any) -> None:
+        from omegaconf.errors import OmegaConfBaseException
+
+        from pspo_repro.common.cli import fail, first_line
+
+        try:
+            evaluate(cfg)
+        except (EvalError, DataError) as exc:
+            fail(str(exc))
+        except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+            fail(f"bad config value: {first_line(exc)}")
+        except OSError as exc:
+            import errno
+
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A read-only or full results folder: one line naming what could not be written.
+            fail(
+                f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+            )
+
+    _run()
+
+
+def rewrite_overrides(argv: list[str]) -> list[str]:
+    """``model=X`` -> ``model_ref=X``: ``conf/model/`` is the training model group, so Hydra would read
+    ``model=`` as a group choice; the evaluator takes a preset name, a path or a hub id instead.
+    ``model.path=P`` (the training override for local weights) -> ``model_path=P``."""
+    out = []
+    for a in argv:
+        if a.startswith("model="):
+            a = "model_ref=" + a.split("=", 1)[1]
+        elif a.startswith("model.path="):
+            a = "model_path=" + a.split("=", 1)[1]
+        out.append(a)
+    return out
+
+
+def compose_config(overrides: list[str]) -> Any:
+    """The evaluate config for CLI-style overrides (for tests and scripts), without running Hydra's app."""
+    from pspo_repro.common.cli import compose_config as compose_in
+
+    return compose_in(CONF_DIR, "evaluate", rewrite_overrides(overrides))
+
+
+def main() -> None:
+    """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``."""
+    from pspo_repro.common.cli import fail, precheck_overrides
+
+    try:
+        _precheck_argv(sys.argv[1:])
+    except EvalError as exc:
+        fail(str(exc))
+    from pspo_repro.common.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(rewrite_overrides(sys.argv[1:]))]
+    precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
+    _hydra_main()

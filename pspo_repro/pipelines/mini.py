@@ -1,0 +1,551 @@
+"""The CPU mini-reproduction, end to end: ``python -m pspo_repro.mini`` (``make mini``; conf/mini.yaml).
+
+Stages, each through the project's own entry points so the mini run exercises the GPU grid's code paths:
+
+1. ``data``: the synthetic splits (``pspo_repro.synthetic``) written to ``<root>/work/data/synthetic/``;
+   every later stage reads them through ``PSPO_DATA_DIR``.
+2. ``sft``: ``python -m pspo_repro.sft`` trains the base model (``<root>/work/sft/model``).
+3. ``rl``: Hydra multiruns of ``python -m pspo_repro.train -m experiment=mini method=... seed=0,1,2
+   hydra/launcher=<basic|slurm|...>``, ``parallel`` processes at once (largest group first).
+4. ``eval``: ``python -m pspo_repro.evaluate -m run=...`` over the finished main runs, plus the SFT
+   model as the ``baseline`` row, split over ``parallel`` processes.
+5. ``aggregate``: ``python -m pspo_repro.aggregate results_dir=<root> out_dir=<root>``.
+
+Layout under ``root`` (default ``results/mini``): ``runs/`` and ``eval/`` (the usual schemas), the
+tables and figures, ``timings.json``; ``work/`` holds data, the SFT checkpoint, logs and stage markers.
+A stage whose marker records the same settings is skipped on a rerun; inside a stage the entry points
+skip finished runs and cells and resume unfinished ones, so an interrupted ``make mini`` continues.
+Subprocess output goes to ``work/logs/``; the console shows one progress bar per stage and a summary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from pspo_repro.common.atomic import write_json
+from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
+from pspo_repro.pipelines import mini_committed
+from pspo_repro.training.sft import PROGRESS
+
+log = logging.getLogger("pspo_repro.mini")
+STAGES = ("data", "sft", "rl", "eval", "aggregate")
+MODEL_NAME = "mini_sft"  # conf/model/mini_sft.yaml: the run folders' model component
+POLL_S = 2.0
+
+
+class StageError(RuntimeError):
+    """A stage's subprocess failed; the message names its log file and ends with the log's tail."""
+
+
+@dataclass
+class Job:
+    """One subprocess of a stage: its command, a relative cost (for scheduling) and its log file."""
+
+    name: str
+    cmd: list[str]
+    cost: float = 1.0
+    log: Path | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+
+# ---------------------------------------------------------------- paths, environment, markers
+
+
+def mini_root(cfg: DictConfig) -> Path:
+    """``cfg.root`` (relative to the project root), else ``<results>/mini``."""
+    if cfg.get("root"):
+        root = Path(str(cfg.root)).expanduser()
+        return root if root.is_absolute() else PROJECT_ROOT / root
+    return results_dir() / "mini"
+
+
+def child_env(cfg: DictConfig, root: Path, threads: int) -> dict[str, str]:
+    """The environment of every stage's subprocess: results, data and SFT folders, thread count, offline."""
+    env = dict(os.environ)
+    env.update(
+        PSPO_RESULTS_DIR=str(root),
+        PSPO_DATA_DIR=str(root / "work" / "data"),
+        PSPO_MINI_SFT_DIR=str(root / "work" / "sft"),
+        # One thread per process: two processes on two cores beat one with two threads (docs/benchmarks.md).
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
+    for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        env.setdefault(key, "1")  # nothing here needs the hub; never wait on a look-up
+    env.setdefault("WANDB_MODE", "offline")
+    return env
+
+
+def fingerprint(cfg: DictConfig, stage: str) -> str:
+    """Hash of the settings a stage's output depends on (its marker must match to skip the stage)."""
+    part = {
+        "data": ["data"],
+        "sft": ["data", "prompt_template", "sft"],
+        "rl": ["data", "prompt_template", "sft", "rl"],
+        "eval": ["data", "prompt_template", "sft", "rl", "eval"],
+        "aggregate": ["data", "prompt_template", "sft", "rl", "eval", "aggregate"],
+    }[stage]
+    blob = {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in part
+    }
+    # Where jobs run (the launcher) does not change results; it is left out on purpose.
+    if "rl" in blob:
+        blob["rl"].pop("launcher", None)
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def marker_path(root: Path, stage: str) -> Path:
+    """``<root>/work/stages/<stage>.json``: written when a stage finishes."""
+    return root / "work" / "stages" / f"{stage}.json"
+
+
+def stage_done(root: Path, stage: str, fp: str) -> dict[str, Any] | None:
+    """The stage's marker if it finished with the same settings, else None."""
+    path = marker_path(root, stage)
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return rec if rec.get("fingerprint") == fp else None
+
+
+# ---------------------------------------------------------------- running subprocesses
+
+
+def _tail(path: Path | None, n: int = 25) -> str:
+    if path is None or not path.is_file():
+        return ""
+    lines = path.read_text(errors="replace").splitlines()
+    return "\n".join(lines[-n:])
+
+
+def run_jobs(jobs: list[Job], parallel: int, env: dict[str, str], bar, progress) -> None:
+    """Run ``jobs`` with at most ``parallel`` at once, largest cost first; ``progress()`` -> units done.
+
+    Each job's output goes to its log file. The first failure stops the others (their finished work
+    stays on disk and is reused by a rerun) and raises StageError with the failed log's tail.
+    """
+    queue = sorted(jobs, key=lambda j: -j.cost)
+    running: list[Job] = []
+    try:
+        while queue or running:
+            while queue and len(running) < max(1, parallel):
+                job = queue.pop(0)
+                assert job.log is not None
+                job.log.parent.mkdir(parents=True, exist_ok=True)
+                with open(job.log, "w") as fh:
+                    fh.write("$ " + " ".join(job.cmd) + "\n")
+                    fh.flush()
+                    job.proc = subprocess.Popen(
+                        job.cmd, cwd=PROJECT_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT
+                    )
+                running.append(job)
+            time.sleep(POLL_S)
+            bar.n = progress()
+            bar.refresh()
+            for job in list(running):
+                rc = job.proc.poll()
+                if rc is None:
+                    continue
+                running.remove(job)
+                if rc != 0:
+                    raise StageError(f"{job.name} failed (exit {rc}); log {job.log}:\n{_tail(job.log)}")
+    finally:
+        for job in running:  # only our own children, by handle
+            if job.proc is not None and job.proc.poll() is None:
+                job.proc.terminate()
+                job.proc.wait()
+    bar.n = progress()
+    bar.refresh()
+
+
+# ---------------------------------------------------------------- stages
+
+
+def stage_data(cfg: DictConfig, root: Path) -> dict[str, Any]:
+    """Write the synthetic splits as GSM8K-layout jsonl under ``work/data/synthetic``; return their hashes."""
+    from pspo_repro.data.synthetic import SyntheticConfig, write_jsonl
+
+    sizes = {k: int(v) for k, v in cfg.data.sizes.items()}
+    paths = write_jsonl(root / "work" / "data" / "synthetic", sizes, SyntheticConfig(seed=int(cfg.data.seed)))
+    return {
+        split: {"rows": sizes[split], "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for split, p in paths.items()
+    }
+
+
+def sft_cmd(cfg: DictConfig, root: Path) -> list[str]:
+    """``python -m pspo_repro.sft`` into ``work/sft``, on the same data seed and sizes as the data stage."""
+    return [
+        sys.executable, "-m", "pspo_repro.sft",
+        f"out_dir={root / 'work' / 'sft'}",
+        f"threads={int(cfg.sft.threads)}",
+        f"data.seed={int(cfg.data.seed)}",
+        f"data.n_train={int(cfg.data.sizes.train)}",
+        f"data.n_val={int(cfg.data.sizes.validation)}",
+        f"prompt_template={cfg.prompt_template}",
+        *map(str, cfg.sft.overrides),
+    ]  # fmt: skip
+
+
+def _sweep_values(value: Any) -> list[str]:
+    return [v.strip() for v in str(value).split(",")]
+
+
+def group_seeds(cfg: DictConfig, group: DictConfig) -> list[int]:
+    """The group's own ``seeds`` if it sets them, else ``rl.seeds``."""
+    return [int(s) for s in (group.get("seeds") or cfg.rl.seeds)]
+
+
+def rl_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
+    """Every (method, tag, seed) the rl groups produce (tag as run_dir.tag_from_overrides builds it:
+    the group's ``tag`` (passed as ``run_tag``), then ``{key}{value}`` of its swept method/trainer keys)."""
+    out = []
+    for group in cfg.rl.groups:
+        sweep = {k: _sweep_values(v) for k, v in group.sweep.items()}
+        keys = sorted(sweep)
+        for combo in itertools.product(*(sweep[k] for k in keys)):
+            point = dict(zip(keys, combo, strict=True))
+            tag_keys = sorted(k for k in point if k.startswith(("method.", "trainer.")))
+            swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
+            tag = "-".join(t for t in (str(group.get("tag") or ""), swept) if t)
+            for seed in group_seeds(cfg, group):
+                out.append((point["method"], tag, seed))
+    return out
+
+
+def run_dir_of(root: Path, method: str, tag: str, seed: int) -> Path:
+    """``<root>/runs/mini_sft/{method}/seed{seed}[-{tag}]``."""
+    return root / "runs" / MODEL_NAME / method / (f"seed{seed}" + (f"-{tag}" if tag else ""))
+
+
+def run_status(folder: Path) -> str | None:
+    """``run.json``'s status (None when there is none)."""
+    try:
+        return json.loads((folder / "run.json").read_text()).get("status")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def rl_jobs(cfg: DictConfig, root: Path) -> list[Job]:
+    """One Hydra multirun of pspo_repro.train per rl group (the GRPO grid's own code path)."""
+    tagged = [o for o in map(str, cfg.rl.overrides) if o.lstrip("+~").startswith(("method.", "trainer."))]
+    if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
+        raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
+    jobs = []
+    for group in cfg.rl.groups:
+        seeds = ",".join(map(str, group_seeds(cfg, group)))
+        cmd = [
+            sys.executable, "-m", "pspo_repro.train", "-m",
+            f"experiment={group.get('experiment') or cfg.rl.experiment}",
+            f"data.prompt_template={cfg.prompt_template}",
+            *([f"run_tag={group.tag}"] if group.get("tag") else []),
+            *[f"{k}={v}" for k, v in group.sweep.items()],
+            f"seed={seeds}",
+            f"hydra/launcher={cfg.rl.launcher}",
+            f"hydra.sweep.dir={root / 'work' / 'hydra' / f'rl-{group.name}'}",
+            *map(str, cfg.rl.overrides),
+        ]  # fmt: skip
+        jobs.append(Job(f"rl-{group.name}", cmd, float(group.get("cost", 1.0))))
+    return jobs
+
+
+def _hydra_quote(path: Path) -> str:
+    # Quoted, so a comma or bracket in a folder name cannot split Hydra's sweep list (as scripts/eval_grid.py).
+    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _n_samples(overrides: list[str]) -> int:
+    """The last ``n_samples=`` among evaluate overrides (conf/evaluate.yaml's 16 when none)."""
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith("n_samples=")]
+    try:
+        return int(found[-1]) if found else 16
+    except ValueError:
+        raise StageError(f"eval overrides: n_samples must be an integer, got {found[-1]!r}") from None
+
+
+def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
+    """Evaluation multiruns over the finished main runs, split in ``parallel`` parts, and the baseline.
+
+    ``eval.method_overrides`` adds settings for the untagged runs of some methods (``baseline``: the SFT
+    model), e.g. the paper's 16 samples for the pair a paired comparison reads; runs with the same
+    additions share jobs.
+    Returns the jobs and the number of models evaluated (for the progress total).
+    """
+    methods, tags = set(cfg.eval.methods), {"", *map(str, cfg.eval.get("tags") or [])}
+    extra = {str(k): [str(o) for o in v] for k, v in (cfg.eval.get("method_overrides") or {}).items()}
+    unknown = sorted(set(extra) - methods - {"baseline"})
+    if unknown:
+        raise StageError(
+            f"eval.method_overrides: {', '.join(unknown)} not in eval.methods ({', '.join(sorted(methods))}) or baseline"
+        )
+    runs = [(m, t, run_dir_of(root, m, t, s)) for m, t, s in rl_runs(cfg) if m in methods and t in tags]
+    missing = [str(r) for _, _, r in runs if run_status(r) != "finished"]
+    if missing:
+        raise StageError(f"eval: runs not finished (rerun the rl stage): {', '.join(missing)}")
+    common = [f"prompt_template={cfg.prompt_template}", *map(str, cfg.eval.overrides)]
+    parts = max(1, int(cfg.parallel))
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for m, t, r in runs:  # the untagged main runs only: the tagged regimes keep the common settings
+        groups.setdefault(tuple(extra.get(m, []) if not t else []), []).append(r)
+    jobs = []
+    for g, (added, folders) in enumerate(groups.items()):
+        # Cost ~ completions per model: 1 greedy + n samples per prompt at each sampled temperature.
+        per_model = 1 + _n_samples([*common, *added])
+        for i in range(parts):
+            chunk = folders[i::parts]
+            if not chunk:
+                continue
+            name = f"eval-{i}" if g == 0 else f"eval-{g}-{i}"
+            cmd = [
+                sys.executable, "-m", "pspo_repro.evaluate", "-m",
+                "run=" + ",".join(_hydra_quote(r) for r in chunk),
+                f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
+                *common, *added,
+            ]  # fmt: skip
+            jobs.append(Job(name, cmd, float(len(chunk) * per_model)))
+    n = len(runs)
+    if cfg.eval.baseline:
+        added = extra.get("baseline", [])
+        cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *common, *added]
+        jobs.append(Job("eval-baseline", cmd, float(1 + _n_samples([*common, *added]))))
+        n += 1
+    return jobs, n
+
+
+def count_cells(root: Path) -> int:
+    """Finished evaluation cells (final JSONs) under ``<root>/eval``."""
+    return sum(1 for _ in (root / "eval").glob("**/T*.json")) if (root / "eval").is_dir() else 0
+
+
+def ablation_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
+    """The alpha ablation's runs: pspo runs whose tag starts with ``aggregate.ablation_tag_prefix``."""
+    prefix = cfg.aggregate.get("ablation_tag_prefix")
+    return [r for r in rl_runs(cfg) if r[0] == "pspo" and prefix and r[1].startswith(str(prefix))]
+
+
+def ablation_step(cfg: DictConfig, root: Path) -> int | None:
+    """The last validation step every ablation run reached (the ablation's common step; the paper's is 250).
+
+    Token budgets end runs at slightly different steps (completion lengths differ), so the alpha table
+    compares all seeds at the largest multiple of ``eval_steps`` that each of them logged.
+    """
+    finals, every = [], None
+    for m, t, s in ablation_runs(cfg):
+        info = json.loads((run_dir_of(root, m, t, s) / "run.json").read_text())
+        finals.append(int(info["final_step"]))
+        every = int(info["config"]["trainer"]["eval_steps"])
+    if not finals or not every:
+        return None
+    return min(finals) // every * every
+
+
+def aggregate_cmd(cfg: DictConfig, root: Path) -> list[str]:
+    """``python -m pspo_repro.aggregate`` over ``root`` into ``root`` (the committed tables and figures)."""
+    cmd = [sys.executable, "-m", "pspo_repro.aggregate", f"results_dir={root}", f"out_dir={root}"]
+    # Table 8 from the runs tagged with the ablation prefix only. None set: aggregate's own default
+    # (alpha_ablation, the tag of experiment=alpha_ablation runs), which no mini run carries: no table.
+    prefix = cfg.aggregate.get("ablation_tag_prefix")
+    if prefix:
+        cmd.append(f"ablation.tag_prefix={prefix}")
+    step = ablation_step(cfg, root) if (root / "runs").is_dir() else None
+    if step:
+        cmd.append(f"ablation.step={step}")
+    return [*cmd, *map(str, cfg.aggregate.overrides)]
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+def _bar(total: int | None, desc: str, unit: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit)
+
+
+def do_data(cfg: DictConfig, root: Path) -> dict[str, Any]:
+    """Stage 1: the synthetic splits as files."""
+    with _bar(1, "data", "stage") as bar:
+        info = {"splits": stage_data(cfg, root)}
+        bar.update(1)
+    return info
+
+
+def do_sft(cfg: DictConfig, root: Path) -> dict[str, Any]:
+    """Stage 2: the base model (``pspo_repro.sft`` skips itself when its marker matches)."""
+    job = Job("sft", sft_cmd(cfg, root), log=root / "work" / "logs" / "sft.log")
+    marker = root / "work" / "sft" / "sft.json"
+    progress_file = root / "work" / "sft" / PROGRESS
+
+    def progress() -> int:  # training steps from the SFT process's progress file; total once it is known
+        if marker.is_file():
+            bar.total = max(bar.total or 0, bar.n, 1)
+            return bar.total
+        try:
+            p = json.loads(progress_file.read_text())
+        except (OSError, ValueError):
+            return 0
+        bar.total = int(p["max_steps"]) + 1  # + 1: the greedy validation after training
+        return int(p["step"])
+
+    with _bar(None, "sft", "step") as bar:
+        run_jobs([job], 1, child_env(cfg, root, int(cfg.sft.threads)), bar, progress)
+    return {"val_accuracy": json.loads(marker.read_text())["val"]["accuracy"]}
+
+
+def do_rl(cfg: DictConfig, root: Path) -> dict[str, Any]:
+    """Stage 3: the GRPO grid as Hydra multiruns; progress = finished run folders."""
+    jobs = rl_jobs(cfg, root)
+    for j in jobs:
+        j.log = root / "work" / "logs" / f"{j.name}.log"
+    runs = rl_runs(cfg)
+    with _bar(len(runs), "rl runs", "run") as bar:
+        run_jobs(jobs, int(cfg.parallel), child_env(cfg, root, int(cfg.threads)), bar,
+                 lambda: sum(run_status(run_dir_of(root, *r)) == "finished" for r in runs))  # fmt: skip
+    return {"runs": len(runs)}
+
+
+def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
+    """Stage 4: temperature sweeps of every main run and the baseline; progress = finished cells."""
+    jobs, n_models = eval_jobs(cfg, root)
+    for j in jobs:
+        j.log = root / "work" / "logs" / f"{j.name}.log"
+    temps = next((o for o in map(str, cfg.eval.overrides) if o.startswith("temperatures=")), None)
+    n_t = len(temps.split("=", 1)[1].strip("[]").split(",")) if temps else 5  # evaluate.yaml: 5
+    with _bar(n_models * n_t, "eval cells", "cell") as bar:
+        run_jobs(
+            jobs, int(cfg.parallel), child_env(cfg, root, int(cfg.threads)), bar, lambda: count_cells(root)
+        )
+    return {"models": n_models}
+
+
+def regime_cmds(cfg: DictConfig, root: Path) -> list[Job]:
+    """``python -m pspo_repro.regime`` per ``aggregate.regime`` entry (table name -> run tag; null: none)."""
+    return [
+        Job(f"regime-{name}", [sys.executable, "-m", "pspo_repro.regime", f"results_dir={root}",
+                               f"out_dir={root}", f"tag={tag or ''}", f"name={name}"],
+            log=root / "work" / "logs" / f"regime-{name}.log")
+        for name, tag in (cfg.aggregate.get("regime") or {}).items()
+        if tag is not None  # null: that table is switched off
+    ]  # fmt: skip
+
+
+def do_aggregate(cfg: DictConfig, root: Path) -> dict[str, Any]:
+    """Stage 5: tables and figures into ``root`` (pspo_repro.aggregate, then the regime tables)."""
+    job = Job("aggregate", aggregate_cmd(cfg, root), log=root / "work" / "logs" / "aggregate.log")
+    regime = regime_cmds(cfg, root)
+    env = child_env(cfg, root, int(cfg.threads))
+    with _bar(1 + len(regime), "aggregate", "table set") as bar:
+        for j in (job, *regime):
+            run_jobs([j], 1, env, bar, lambda: bar.n)
+            bar.update(1)
+    return {"args": job.cmd[3:]}
+
+
+STAGE_FUNCS = {"data": do_data, "sft": do_sft, "rl": do_rl, "eval": do_eval, "aggregate": do_aggregate}
+
+
+def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
+    """Run the configured stages in order (skipping finished ones); returns the timings record."""
+    root = mini_root(cfg)
+    wanted = list(cfg.stages)
+    unknown = [s for s in wanted if s not in STAGES]
+    if unknown:
+        raise StageError(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
+    if {"rl", "eval"} & set(wanted):
+        mini_committed.set_aside(root)
+    timings_path = root / "timings.json"
+    previous = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    timings: dict[str, Any] = {
+        "parallel": int(cfg.parallel),
+        "threads": int(cfg.threads),
+        "cpus": os.cpu_count(),
+        "stages": dict(previous.get("stages", {})),
+    }
+    t_all = time.time()
+    for stage in (s for s in STAGES if s in wanted):
+        fp = fingerprint(cfg, stage)
+        done = None if cfg.force else stage_done(root, stage, fp)
+        if done is not None:
+            print(f"[mini] {stage}: done already ({done['seconds']:.0f} s when it ran); skipped", flush=True)
+            continue
+        t0, c0 = time.time(), _children_cpu()
+        info = STAGE_FUNCS[stage](cfg, root)
+        rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
+        write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
+        timings["stages"][stage] = rec
+    timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
+    timings["total_seconds"] = round(sum(s["seconds"] for s in timings["stages"].values()), 1)
+    committed = mini_committed.committed_dir(root)
+    if committed.is_dir() and "aggregate" in wanted:
+        # Two statements: agreement within seed variance (what another machine can check) and bitwise
+        # identity (the same machine only); mini_committed's docstring says why both.
+        timings["vs_committed"] = {
+            "agreement": mini_committed.agreement(committed, root),
+            "bitwise": mini_committed.compare(committed, root),
+        }
+    write_json(timings_path, timings)
+    return timings
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of finished child processes: a stage's cost whatever the neighbours do."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def summary(root: Path, timings: dict[str, Any]) -> str:
+    """Where everything is, the stage times and the main table."""
+    lines = ["", "== mini reproduction: done ==", f"results: {root}"]
+    for stage, rec in timings["stages"].items():
+        lines.append(f"  {stage:<10} {rec['seconds']:>7.1f} s wall, {rec.get('cpu_seconds', 0):>7.1f} s CPU")
+    lines.append(
+        f"  {'total':<10} {timings['total_seconds']:>7.1f} s "
+        f"(this invocation {timings['this_invocation_seconds']:.1f} s)"
+    )
+    if "vs_committed" in timings:
+        vs = timings["vs_committed"]
+        lines.append(f"  {mini_committed.describe_agreement(vs['agreement'])}")
+        lines.append(f"  {mini_committed.describe(vs['bitwise'])} ({mini_committed.committed_dir(root)})")
+    names = ("main_reward_acc.md", "temperature_reward_acc.png", "training_curves.png", "alpha_ablation.md")
+    for name in (*names, "summary.md"):
+        path = root / name
+        lines.append(f"  {'ok ' if path.is_file() else 'missing'} {path}")
+    lines.append(f"  runs: {root / 'runs'}  eval cells: {root / 'eval'}  logs: {root / 'work' / 'logs'}")
+    main = root / "main_reward_acc.md"
+    if main.is_file():
+        lines += ["", main.read_text()]
+    return "\n".join(lines)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="mini", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point: ``python -m pspo_repro.mini [key=value ...]``."""
+    import signal
+
+    # SIGTERM (a `kill`, a scheduler) unwinds like Ctrl-C, so run_jobs stops its own children.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        timings = run_pipeline(cfg)
+    except StageError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    print(summary(mini_root(cfg), timings), flush=True)

@@ -1,0 +1,3 @@
+"""Stage 2, scoring a response: answer extraction and equivalence, the reward functions, the authors'
+reward bug for bug. Shared by training (rewards) and evaluation (grading). Imports ``data`` and ``common``.
+"""

@@ -1,0 +1,712 @@
+"""Hydra entry point: ``python -m pspo_repro.train [model=..] [method=..] [experiment=..] [key=value ..]``.
+
+Order of work, so that bad input costs nothing: check group names on the command line (one-line error,
+exit 2), compose, validate the method's hyperparameters, rewards, dataset and trainer settings, load the
+data, and only then create the run folder and load the model. Torch/TRL are imported after validation.
+A finished run folder is reported and skipped; an unfinished one resumes from its last checkpoint.
+One process at a time trains a run folder (an exclusive lock on ``<run>/.lock``; a second one fails at
+once). With several processes (``accelerate launch``) only the main one writes run.json and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pspo_repro.common.cli import UsageError, fail, first_line
+from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.common.provenance import git_sha, package_versions
+from pspo_repro.common.redact import redact
+from pspo_repro.common.run_dir import (
+    identity_config,
+    last_checkpoint,
+    read_run_json,
+    run_folder,
+    tag_from_overrides,
+    truncate_metrics,
+    write_run_json,
+)
+from pspo_repro.common.safe_paths import UnsafePathError
+
+log = logging.getLogger("pspo_repro.train")
+# A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
+WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+# Config groups a user picks by name on the command line (group=choice).
+CHOICE_GROUPS = (
+    "model",
+    "method",
+    "reward",
+    "data",
+    "trainer",
+    "logger",
+    "paths",
+    "experiment",
+    "hparams_search",
+)
+
+
+# ---------------------------------------------------------------- validation (no torch)
+
+
+def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
+    """Names of the ``<group>/*.yaml`` files in ``conf/`` and in ``extra_dirs`` (``hydra.searchpath``)."""
+    return sorted({p.stem for d in (CONF_DIR, *extra_dirs) for p in (d / group).glob("*.yaml")})
+
+
+def searchpath_dirs(argv: list[str]) -> tuple[Path, ...]:
+    """The folders of a ``hydra.searchpath=[file://..., pkg://...]`` override on the command line."""
+    import importlib.util
+
+    dirs: list[Path] = []
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key != "hydra.searchpath":
+            continue
+        for entry in value.strip("[]").split(","):
+            scheme, _, rest = entry.strip().strip("'\"").partition("://")
+            if scheme == "file":
+                dirs.append(Path(rest))
+            elif scheme == "pkg":
+                head, _, tail = rest.partition("/")
+                try:
+                    spec = importlib.util.find_spec(head)
+                except ImportError:  # a missing parent package: Hydra reports it
+                    spec = None
+                if spec and spec.submodule_search_locations:
+                    dirs.append(Path(next(iter(spec.submodule_search_locations))) / tail)
+    return tuple(dirs)
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """Unknown ``group=choice`` on the command line -> UsageError listing the options (Hydra's own error is
+    a multi-line 'Could not find' report)."""
+    extra_dirs = searchpath_dirs(argv)
+    for arg in argv:
+        if "=" not in arg or arg.startswith("-"):
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+")
+        if key not in CHOICE_GROUPS or value in ("null", "") or "(" in value:
+            continue  # sweep functions like choice(...)/range(...) are left to Hydra
+        options = group_options(key, extra_dirs)
+        for choice in value.split(","):
+            if choice not in options:
+                raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
+
+
+VARIANTS = ("intended", "as_run")
+
+
+def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
+    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line.
+
+    ``variant=as_run`` then merges ``per_method_as_run[<method.name>]`` (the values the authors' released
+    script actually ran) and adds ``as_run`` to ``run_tag``, so those runs get their own folders.
+    """
+    variant = cfg.get("variant") or "intended"
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; options: {', '.join(VARIANTS)}")
+    tables = [cfg.get("per_method")]
+    if variant == "as_run":
+        as_run = cfg.get("per_method_as_run") or {}
+        if cfg.method.name not in as_run:
+            have = ", ".join(as_run) or "none (choose an experiment=paper_* file)"
+            raise UsageError(
+                f"variant=as_run has no values for method {cfg.method.name!r}; methods with an as-run variant: {have}"
+            )
+        tables.append(as_run)
+        cfg.run_tag = "-".join(t for t in (cfg.get("run_tag") or "", "as_run") if t)
+    given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
+    for table in tables:
+        if not table or cfg.method.name not in table:
+            continue
+        entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
+        for group, values in entry.items():
+            for key, value in values.items():
+                if f"{group}.{key}" not in given:
+                    OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
+
+
+def import_plugins(modules) -> None:
+    """Import the ``plugins`` modules (user code that registers methods or rewards) before validation."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UsageError(f"plugins: cannot import {name!r}: {exc}") from None
+
+
+def validate(cfg: DictConfig):
+    """Check everything that can be checked without a model; returns the parsed method config."""
+    import_plugins(cfg.get("plugins") or [])
+    from pspo_repro.methods import list_methods, parse_method_config
+    from pspo_repro.scoring.rewards import get_reward
+
+    if cfg.method.get("name") not in list_methods():
+        raise UsageError(f"unknown method {cfg.method.get('name')!r}; options: {', '.join(list_methods())}")
+    method_cfg = OmegaConf.to_container(cfg.method, resolve=True)
+    try:
+        method = parse_method_config(method_cfg)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    funcs = list(cfg.reward.funcs)
+    if not funcs:
+        raise UsageError("reward.funcs is empty")
+    for name in funcs:
+        try:
+            get_reward(name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    weights = cfg.reward.get("weights")
+    if weights is not None and len(weights) != len(funcs):
+        raise UsageError(f"reward.weights has {len(weights)} entries for {len(funcs)} reward.funcs")
+    from pspo_repro.data import datasets as data
+
+    try:
+        data.get_spec(cfg.data.name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    validate_trainer(cfg)
+    t = cfg.trainer
+    G = t.num_generations
+    if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % G:
+        raise UsageError(
+            f"per_device_train_batch_size x gradient_accumulation_steps must be divisible by num_generations={G}"
+        )
+    if t.eval_steps:
+        if t.save_steps % t.eval_steps:
+            raise UsageError(
+                f"trainer.save_steps={t.save_steps} must be a multiple of trainer.eval_steps={t.eval_steps}"
+            )
+    # Resume regenerates the buffered rollout; it is exact only at a generation boundary.
+    spg = t.steps_per_generation or t.gradient_accumulation_steps
+    cycle = spg * method.num_iterations / t.gradient_accumulation_steps
+    for key in ("save_steps", "stop_after_step"):
+        v = t.get(key)
+        if v and cycle >= 1 and v % cycle:
+            raise UsageError(
+                f"trainer.{key}={v} must be a multiple of {cycle:g} (one rollout reused num_iterations times)"
+            )
+    if t.token_budget is None and (t.max_steps is None or t.max_steps <= 0) and not t.num_train_epochs:
+        raise UsageError("set trainer.token_budget, trainer.max_steps or trainer.num_train_epochs")
+    return method
+
+
+def _num(key: str, value: Any, kind: type = float, *, low: float, high: float | None = None,
+         low_open: bool = False, null: bool = False) -> None:  # fmt: skip
+    """``value`` must be a finite number of ``kind`` in the range given (or null when ``null``), else
+    UsageError naming the key, the value and the range. Infinity is not a number for any setting; an integer
+    setting takes an integer (Hydra reads ``seed=abc`` or ``trainer.max_steps=abc`` as a string)."""
+
+    def show(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+    rng = f"{'(' if low_open else '['}{show(low)}, {'inf)' if high is None else f'{show(high)}]'}"
+    what = f"{'an integer' if kind is int else 'a number'} in {rng}" + (" or null" if null else "")
+    if value is None:
+        if null:
+            return
+        raise UsageError(f"{key} must be {what}, got null")
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and kind is int:
+        ok = float(value).is_integer()
+    if ok:
+        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        raise UsageError(f"{key} must be {what}, got {value!r}")
+
+
+def validate_trainer(cfg: DictConfig) -> None:
+    """Ranges of the trainer, data and model settings, checked before anything loads or is written."""
+    from pspo_repro.data.prompts import TEMPLATES
+
+    t = cfg.trainer
+    _num("seed", cfg.get("seed"), int, low=0, high=2**32 - 1)  # numpy's and torch's seed range
+    _num("trainer.learning_rate", t.learning_rate, low=0, low_open=True)
+    _num("trainer.temperature", t.temperature, low=0, low_open=True)
+    _num("trainer.top_p", t.top_p, low=0, high=1, low_open=True)
+    _num("trainer.beta", t.beta, low=0)
+    _num("trainer.num_generations", t.num_generations, int, low=2)  # group advantages need G >= 2
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length"):
+        _num(f"trainer.{key}", t[key], int, low=1)
+    for key in ("max_prompt_length", "eval_steps", "steps_per_generation", "per_device_eval_batch_size"):
+        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
+    _num("trainer.save_steps", t.save_steps, int, low=1)
+    _num("trainer.token_budget", t.token_budget, int, low=1, null=True)
+    _num("trainer.max_steps", t.get("max_steps"), int, low=-1, null=True)  # <= 0: num_train_epochs decides
+    _num("trainer.num_train_epochs", t.get("num_train_epochs"), low=0, null=True)
+    _num("trainer.warmup_steps", t.get("warmup_steps", 0), int, low=0)
+    _num("trainer.weight_decay", t.get("weight_decay", 0.0), low=0)
+    _num("trainer.max_grad_norm", t.get("max_grad_norm"), low=0, null=True)
+    _num("trainer.logging_steps", t.get("logging_steps", 1), int, low=1)
+    for key in ("eval_limit", "stop_after_step", "save_total_limit", "num_generations_eval"):
+        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
+    _num("trainer.vllm_gpu_memory_utilization", t.get("vllm_gpu_memory_utilization", 0.3), low=0, high=1,
+         low_open=True)  # fmt: skip
+    _num("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
+    _num("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
+    if t.vllm_mode not in ("colocate", "server"):
+        raise UsageError(f"trainer.vllm_mode must be colocate or server, got {t.vllm_mode!r}")
+    if cfg.data.prompt_template not in TEMPLATES:
+        raise UsageError(
+            f"unknown data.prompt_template {cfg.data.prompt_template!r}; options: {', '.join(sorted(TEMPLATES))}"
+        )
+    from pspo_repro.training.models import train_dtype_name
+
+    try:
+        train_dtype_name(cfg.model)  # fp32 master weights unless model.train_dtype opts out
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for key in ("path", "tokenizer"):
+        value = cfg.model.get(key)
+        # a local folder must exist (a tokenizer may also be a hub id: no slash-led or dotted path)
+        if value and (key == "path" or str(value).startswith(("/", ".", "~"))):
+            if not Path(str(value)).expanduser().is_dir():
+                raise UsageError(f"model.{key}={value} is not a folder (a local model folder is expected)")
+    if cfg.model.get("path"):
+        # Weights load as safetensors only: a folder with a pickled checkpoint is refused here, before
+        # the run folder exists, not as a traceback from from_pretrained after run.json says "running".
+        from pspo_repro.common.run_dir import _safetensors_problem
+
+        folder = Path(str(cfg.model.path)).expanduser()
+        shards = sorted(folder.glob("*.safetensors"))
+        if not shards:
+            raise UsageError(
+                f"model.path={cfg.model.path} has no *.safetensors weights (pickled weights are not loaded)"
+            )
+        for shard in shards:
+            if why := _safetensors_problem(shard):
+                raise UsageError(f"model.path={cfg.model.path}: {why}")
+
+
+def load_data(cfg: DictConfig):
+    """Training and validation problems (validation cut to ``trainer.eval_limit``)."""
+    from pspo_repro.data import datasets as data
+
+    try:
+        train, val = data.load_train_val(
+            cfg.data.name, cfg.seed, n_train=cfg.data.n_train, n_val=cfg.data.get("n_val")
+        )
+    except ValueError as exc:  # DataError: names the file tried and PSPO_DATA_DIR
+        raise UsageError(str(exc)) from None
+    limit = cfg.trainer.get("eval_limit")
+    return train, (val[:limit] if limit else val)
+
+
+def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None):
+    """TRL's conversational format: ``prompt`` = chat messages; gold columns go to the reward functions."""
+    from datasets import Dataset
+
+    from pspo_repro.data.prompts import build_messages
+
+    rows, dropped = [], 0
+    for p in problems:
+        messages = build_messages(p.question, template)
+        if max_prompt_length:
+            n = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+            if n > max_prompt_length:
+                dropped += 1
+                continue
+        rows.append({"prompt": messages, "answer": p.answer, "answer_kind": p.answer_kind, "id": p.id})
+    if dropped:
+        log.warning("dropped %d prompts longer than %d tokens", dropped, max_prompt_length)
+    return Dataset.from_list(rows)
+
+
+# ---------------------------------------------------------------- training
+
+
+def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
+    from trl import GRPOConfig
+
+    t = cfg.trainer
+    bf16 = use_cuda if t.bf16 == "auto" else bool(t.bf16)
+    do_eval = bool(t.eval_steps)
+    report_to = ["wandb"] if cfg.logger.name == "wandb" else []
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(folder),
+        run_name=str(folder.relative_to(folder.parents[2])),
+        seed=cfg.seed,
+        learning_rate=t.learning_rate,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_generations=t.num_generations,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        beta=t.beta,
+        scale_rewards=t.scale_rewards,
+        mask_truncated_completions=t.mask_truncated_completions,
+        num_iterations=method.num_iterations,
+        loss_type="dapo",  # unused by MethodGRPOTrainer's loss; TRL only reads it for init checks
+        reward_weights=list(cfg.reward.weights) if cfg.reward.get("weights") is not None else None,
+        warmup_steps=t.warmup_steps,
+        lr_scheduler_type=t.lr_scheduler_type,
+        optim=t.optim,
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+        bf16=bf16,
+        use_cpu=not use_cuda,
+        gradient_checkpointing=t.gradient_checkpointing,
+        max_steps=t.max_steps if t.max_steps and t.max_steps > 0 else -1,
+        num_train_epochs=t.num_train_epochs,
+        eval_strategy="steps" if do_eval else "no",
+        eval_steps=t.eval_steps if do_eval else None,
+        # A step-0 validation is logged only: HF's eval_on_start does not enter best-checkpoint selection.
+        eval_on_start=do_eval and bool(t.get("eval_on_start")),
+        per_device_eval_batch_size=t.per_device_eval_batch_size or t.per_device_train_batch_size,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        load_best_model_at_end=do_eval,
+        metric_for_best_model="eval_reward" if do_eval else None,
+        greater_is_better=True if do_eval else None,
+        logging_steps=t.logging_steps,
+        report_to=report_to,
+        disable_tqdm=t.disable_tqdm,
+        log_completions=t.log_completions,
+        use_vllm=t.use_vllm,
+        vllm_mode=t.vllm_mode,
+        vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization,
+        vllm_server_host=t.get("vllm_server_host", "0.0.0.0"),
+        vllm_server_port=t.get("vllm_server_port", 8000),
+        vllm_server_base_url=t.get("vllm_server_base_url"),
+        vllm_importance_sampling_correction=t.vllm_importance_sampling_correction,
+    )
+    if t.get("steps_per_generation"):
+        kwargs["steps_per_generation"] = t.steps_per_generation
+    if t.get("num_generations_eval"):
+        kwargs["num_generations_eval"] = t.num_generations_eval
+    return GRPOConfig(**kwargs)
+
+
+def precision_record(trainer) -> dict[str, Any]:
+    """What the optimizer updates and what the forward pass computes in: the parameter dtype(s) of the
+    trainer's model and the autocast dtype of its mixed precision (None: no autocast)."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters()})
+    mixed = str(getattr(trainer.accelerator, "mixed_precision", "no") or "no")
+    autocast = {"bf16": "bfloat16", "fp16": "float16"}.get(mixed)
+    return {"param_dtype": dtypes[0] if len(dtypes) == 1 else dtypes, "autocast_dtype": autocast,
+            "mixed_precision": mixed}  # fmt: skip
+
+
+def _spent_budget_state(checkpoint: Path, budget: int | None) -> dict | None:
+    """``checkpoint``'s trainer state when it has already consumed the token budget, else None."""
+    import json
+
+    if not budget:
+        return None
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return state if int(state.get("num_input_tokens_seen") or 0) >= int(budget) else None
+
+
+def _finish_from_checkpoint(folder: Path, state: dict, record: dict, main_process: bool) -> Path:
+    """Mark the run finished from the final checkpoint's trainer ``state`` (no training step taken)."""
+    best = state.get("best_model_checkpoint")
+    record.update(
+        status="finished",
+        final_step=int(state["global_step"]),
+        num_tokens=int(state.get("num_input_tokens_seen") or 0),
+        best_checkpoint=Path(best).name if best else None,
+        best_metric=state.get("best_metric"),
+        stop_reason="token_budget",
+    )
+    if main_process:
+        write_run_json(folder, record)
+        print(
+            f"finished: {folder} (the token budget was reached at step {record['final_step']} before a kill)"
+        )
+    return folder
+
+
+def _prepare(cfg: DictConfig, folder: Path, method) -> tuple[Any, Any, bool]:
+    """The tokenizer, TRL's GRPOConfig and whether CUDA is used; errors become one-line UsageErrors."""
+    import torch
+
+    from pspo_repro.training.models import load_tokenizer, tokenizer_source
+
+    use_cuda = torch.cuda.is_available()
+    try:
+        tokenizer = load_tokenizer(cfg.model)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot load the tokenizer of {tokenizer_source(cfg.model)}: {first_line(exc) or type(exc).__name__}"
+        ) from None
+    try:
+        args = _grpo_config(cfg, folder, method, use_cuda)
+    except ValueError as exc:
+        raise UsageError(
+            f"TRL's GRPOConfig refused the trainer settings: {first_line(exc) or type(exc).__name__}"
+        ) from None
+    return tokenizer, args, use_cuda
+
+
+def _setup_logger(cfg: DictConfig, folder: Path) -> None:
+    if cfg.logger.name != "wandb":
+        return
+    os.environ.setdefault("WANDB_MODE", cfg.logger.mode or "offline")
+    os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
+    if cfg.logger.get("entity"):
+        os.environ.setdefault("WANDB_ENTITY", cfg.logger.entity)
+    os.environ["WANDB_DIR"] = str(folder)
+
+
+def is_main_process() -> bool:
+    """Global rank 0, or a plain single process. ``RANK`` is set for every process by torchrun,
+    ``accelerate launch`` and the DeepSpeed launcher; read before the Trainer sets up torch.distributed."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
+@contextlib.contextmanager
+def run_folder_lock(folder: Path):
+    """Hold an exclusive ``flock`` on ``<folder>/.lock`` (created with the folder) for the ``with`` block.
+
+    Taken without waiting: a second process training the same folder gets a UsageError at once instead
+    of two jobs writing one run. The kernel drops the lock when the holder exits, however it ends.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"{folder} is being trained by another process (it holds {folder / '.lock'}); "
+                "wait for that job to end before rerunning"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
+    """Train one run described by a composed config; returns its folder (None for a dry run).
+
+    Everything after validation runs under ``run_folder_lock`` (taken by the main process only).
+    """
+    with contextlib.ExitStack() as locks:
+        return _run(cfg, overrides, locks)
+
+
+def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitStack) -> Path | None:
+    if overrides is None:
+        overrides = _hydra_overrides()
+    apply_per_method(cfg, overrides)
+    method = validate(cfg)
+    train_rows, val_rows = load_data(cfg)
+    tag = tag_from_overrides(cfg, overrides)
+    try:
+        folder = run_folder(cfg, tag)
+    except UnsafePathError as exc:
+        raise UsageError(str(exc)) from None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved.pop("per_method", None)
+    resolved.pop("per_method_as_run", None)
+    resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
+    identity = identity_config(resolved)
+    if not cfg.get("dry_run"):
+        # Tokenizer and TRL's config before the lock (which creates the folder): a tokenizer that cannot
+        # load or a setting TRL refuses is a one-line error with nothing written.
+        tokenizer, args, use_cuda = _prepare(cfg, folder, method)
+        if is_main_process():
+            locks.enter_context(run_folder_lock(folder))
+
+    previous = read_run_json(folder)
+    if previous is not None:
+        if previous.get("identity") != redact(identity):  # run.json stores it redacted
+            raise UsageError(
+                f"{folder} holds a run with a different configuration; set run_tag=... or remove the folder"
+            )
+        if previous.get("status") == "finished":
+            if is_main_process():
+                print(
+                    f"finished already: {folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
+                )
+            return folder
+    if cfg.get("dry_run"):
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+        print(f"run folder: {folder}")
+        return None
+
+    import trl
+
+    from pspo_repro.scoring.rewards import get_reward
+    from pspo_repro.training.callbacks import (
+        CheckpointMarkerCallback,
+        MetricsJsonlCallback,
+        NonFiniteCallback,
+        NonFiniteError,
+        StopAfterStepCallback,
+        TokenBudgetCallback,
+    )
+    from pspo_repro.training.models import load_model, save_random_init
+    from pspo_repro.training.trainer import MethodGRPOTrainer
+
+    t = cfg.trainer
+    train_ds = to_dataset(train_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
+    eval_ds = (
+        to_dataset(val_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
+        if t.eval_steps
+        else None
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    resume = last_checkpoint(folder)
+    step0 = int(resume.name.split("-")[1]) if resume else 0
+    main_process = is_main_process()  # only it writes run.json and metrics.jsonl
+    if main_process:
+        truncate_metrics(folder / "metrics.jsonl", step0)
+    if resume:
+        args.eval_on_start = False  # the curve's step-0 point is logged already; no duplicate at step0
+    record = {
+        "schema_version": 1,
+        "model": cfg.model.name,
+        "method": cfg.method.name,
+        "seed": cfg.seed,
+        "tag": tag,
+        "run_dir": str(folder),
+        "status": "running",
+        "overrides": list(overrides),
+        "identity": identity,
+        "config": resolved,
+        "git_sha": git_sha(),
+        "versions": package_versions(),
+        "resumed_from": str(resume) if resume else None,
+        "started_at": (previous or {}).get("started_at") or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "best_checkpoint": None,
+        "final_step": step0,
+        "num_tokens": None,
+    }
+    if main_process:
+        write_run_json(folder, record)
+
+        def mark_failed(exc_type, exc, _tb) -> None:
+            # An exception past this point (not a kill) must not leave run.json saying "running".
+            if exc_type is not None and issubclass(exc_type, Exception):
+                write_run_json(
+                    folder, {**record, "status": "failed", "error": first_line(exc) or exc_type.__name__}
+                )
+
+        locks.push(mark_failed)
+    if resume and (spent := _spent_budget_state(resume, t.token_budget)):
+        # Killed after the budget's final checkpoint but before run.json said finished: training again
+        # would add a step past the budget. The checkpoint's trainer state is the run's end.
+        return _finish_from_checkpoint(folder, spent, record, main_process)
+    _setup_logger(cfg, folder)
+
+    model = load_model(cfg.model, tokenizer, use_cuda, training=True)
+    if cfg.model.get("random_init") and t.use_vllm and t.vllm_mode == "colocate":
+        save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
+    # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
+    nonfinite = NonFiniteCallback(folder, skip=bool(t.get("skip_nonfinite", False)))
+    callbacks: list[Any] = [nonfinite, MetricsJsonlCallback(folder / "metrics.jsonl")]
+    budget = TokenBudgetCallback(t.token_budget, evaluate=bool(t.eval_steps)) if t.token_budget else None
+    stopper = StopAfterStepCallback(t.stop_after_step) if t.get("stop_after_step") else None
+    callbacks += [c for c in (budget, stopper) if c is not None]
+    callbacks.append(CheckpointMarkerCallback())
+    trainer = MethodGRPOTrainer(
+        model=model,
+        reward_funcs=[get_reward(n) for n in cfg.reward.funcs],
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        method_name=method.name,
+        method_params=method.params,
+        loss_agg=method.loss_agg,
+    )
+    record["precision"] = precision_record(trainer)
+    if record["precision"]["param_dtype"] != "float32" and not cfg.model.get("train_dtype"):
+        # load_model asked for fp32; anything else (a plugin model class, a cast) is caught here, not later
+        raise UsageError(
+            f"training parameters are {record['precision']['param_dtype']}, not float32 (model.dtype="
+            f"{cfg.model.get('dtype')}); set model.train_dtype to opt in"
+        )
+    if main_process:
+        write_run_json(folder, record)
+    log.info("trl %s, run folder %s, resume from %s, precision %s", trl.__version__, folder, resume,
+             record["precision"])  # fmt: skip
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except NonFiniteError as exc:
+        if trainer.is_world_process_zero():
+            write_run_json(folder, {**record, "status": "failed", "error": str(exc)})
+        raise UsageError(str(exc)) from None
+
+    state = trainer.state
+    stopped_early = stopper is not None and stopper.fired
+    best = state.best_model_checkpoint
+    record.update(
+        status="running" if stopped_early else "finished",
+        final_step=state.global_step,
+        num_tokens=int(state.num_input_tokens_seen),
+        best_checkpoint=str(Path(best).relative_to(folder)) if best else None,
+        best_metric=state.best_metric,
+        nonfinite_skipped=len(nonfinite.skipped_steps),
+        nonfinite_skipped_steps=nonfinite.skipped_steps,
+        stop_reason="stop_after_step"
+        if stopped_early
+        else ("token_budget" if budget and budget.reached else "max_steps"),
+    )
+    if trainer.is_world_process_zero():
+        write_run_json(folder, record)
+        print(
+            f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
+        )
+    return folder
+
+
+def _hydra_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except (ImportError, ValueError):
+        return []
+
+
+def _task(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except UsageError as exc:  # one line and exit 2; a launcher job (Slurm) raises it
+        fail(str(exc))
+    except OmegaConfBaseException as exc:  # e.g. run_tag=${oc.env:UNSET}: resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        # A read-only or full results folder: name the target, not Python's stack.
+        fail(
+            f"cannot write {exc.filename or 'the run folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+        )
+
+
+def main() -> None:
+    """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups/keys, then Hydra."""
+    from pspo_repro.common.paths import absolutize_args
+
+    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # model.path=../w: the folder the user meant
+    try:
+        check_group_choices(sys.argv[1:])
+    except UsageError as exc:
+        fail(str(exc))
+    from pspo_repro.common.cli import precheck_overrides
+
+    precheck_overrides(CONF_DIR, "train", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
+    import hydra
+
+    hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(_task)()

@@ -1,0 +1,317 @@
+"""Supervised fine-tuning of the tiny model on synthetic worked solutions: ``python -m pspo_repro.sft``.
+
+The mini-reproduction starts RL from a model that already knows the task's format and some of its
+arithmetic (the paper starts from pretrained Qwen models; a randomly initialised tiny model gets zero
+reward, so GRPO would have nothing to work with). Training uses TRL's ``SFTTrainer`` on a
+prompt-completion conversational dataset: the prompt is exactly the RL prompt (``prompts.build_messages``
+with the paper's system prompt, rendered by the chat template with the generation prompt), the
+completion is the worked solution, rendered as the assistant turn so it ends with ``<|im_end|>``; the
+loss covers the completion tokens only (TRL's ``completion_only_loss``, on by default for this format).
+
+Output (deterministic, under ``PSPO_RESULTS_DIR``): ``mini/work/sft/model/`` holds the safetensors
+checkpoint and tokenizer; ``sft.json`` (written last, atomically) marks the stage finished and records
+the resolved config, versions, time and greedy validation accuracy. A rerun with the same config is
+skipped; a rerun with a different config into the same folder is refused, not silently mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from pspo_repro.common.atomic import write_json
+from pspo_repro.common.paths import CONF_DIR, results_dir
+from pspo_repro.common.provenance import git_sha, package_versions
+
+log = logging.getLogger(__name__)
+MARKER = "sft.json"
+MODEL_SUBDIR = "model"
+
+
+def default_out_dir() -> Path:
+    """Where the SFT stage writes when ``out_dir`` is null: ``<results>/mini/work/sft``."""
+    return results_dir() / "mini" / "work" / "sft"
+
+
+# ---------------------------------------------------------------- model and data
+
+
+def init_model(arch: dict[str, Any] | None, seed: int):
+    """The tiny model and its tokenizer; ``arch`` overrides ``tiny_model.TINY_ARCH`` (fresh random init).
+
+    With no overrides this is the cached tiny model itself. Overrides build a Qwen2 model of another
+    size with the same tokenizer, special tokens and generation config (head_dim stays 64, which
+    vLLM's CPU attention needs), so checkpoints stay interchangeable for training and evaluation.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, Qwen2ForCausalLM
+
+    from pspo_repro.training.tiny_model import tiny_model_path
+
+    base = tiny_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    if not arch:
+        return AutoModelForCausalLM.from_pretrained(
+            base, dtype=torch.float32, use_safetensors=True
+        ), tokenizer
+    model_cfg = AutoModelForCausalLM.from_pretrained(base, use_safetensors=True).config
+    for key, value in arch.items():
+        if not hasattr(model_cfg, key):
+            raise ValueError(f"model.arch: {key!r} is not a Qwen2Config field")
+        setattr(model_cfg, key, value)
+    if model_cfg.head_dim * model_cfg.num_attention_heads != model_cfg.hidden_size:
+        raise ValueError("model.arch: hidden_size must equal num_attention_heads * head_dim (64)")
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(model_cfg)
+    model.generation_config = GenerationConfig.from_pretrained(base)
+    return model, tokenizer
+
+
+def premature_answer(solution: str) -> str:
+    """The solution with its final ``#### N`` replaced by the first number it states (the first operand)."""
+    first = re.search(r"\d+", solution)
+    head, sep, _ = solution.rpartition("####")
+    if not sep or first is None:
+        return solution
+    return f"{head}#### {first.group(0)}"
+
+
+def with_habit(problems: list, frac: float, seed: int) -> list:
+    """A seeded ``frac`` of ``problems`` with a premature final answer (``premature_answer``), the rest kept.
+
+    The habit gives the SFT model a systematic, prompt-independent mistake that its own samples often
+    avoid: the worked line is right, the ``####`` line repeats the first operand. RL can unlearn it from
+    the reward alone, which is what RL on a pretrained LLM mostly does (turn pass@k into pass@1); the
+    arithmetic itself is learned far more slowly from a 0/1 reward than from SFT's targets.
+    """
+    import dataclasses
+    import random
+
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"data.habit_frac={frac}: must be in [0, 1]")
+    if frac == 0.0:
+        return list(problems)
+    rng = random.Random(f"pspo-sft-habit/{seed}")
+    return [
+        dataclasses.replace(p, solution=premature_answer(p.solution)) if rng.random() < frac else p
+        for p in problems
+    ]
+
+
+def sft_dataset(problems: list, template: str):
+    """Prompt-completion conversational rows: the RL prompt messages and the solution as assistant turn."""
+    from datasets import Dataset
+
+    from pspo_repro.data.prompts import build_messages
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": build_messages(p.question, template),
+                "completion": [{"role": "assistant", "content": p.solution}],
+            }
+            for p in problems
+        ]
+    )
+
+
+# ---------------------------------------------------------------- greedy validation accuracy
+
+
+def _correct(response: str, gold: str) -> bool:
+    """The project's reward-style check (grading.reward_correct); a ``#### N`` match if it is missing."""
+    try:
+        from pspo_repro.scoring.grading import reward_correct
+    except ImportError:  # pragma: no cover - grading.py is part of the package
+        m = re.search(r"####\s*([-+]?\d+)", response)
+        return bool(m) and m.group(1) == gold
+    return reward_correct(response, gold, "numeric")
+
+
+def greedy_accuracy(
+    model, tokenizer, problems: list, template: str, max_new_tokens: int, batch_size: int
+) -> dict[str, Any]:
+    """Top-1 accuracy at T=0 (greedy, one sample) with the RL prompt; also the mean completion length."""
+    import torch
+
+    from pspo_repro.data.prompts import render_prompt
+
+    model.eval()
+    tokenizer.padding_side = "left"  # generation continues from the right end of every row
+    correct, lengths, samples = 0, [], []
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for start in range(0, len(problems), batch_size):
+        batch = problems[start : start + batch_size]
+        prompts = [render_prompt(tokenizer, p.question, template) for p in batch]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(
+                **enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id
+            )
+        for p, ids in zip(batch, out[:, enc["input_ids"].shape[1] :].tolist(), strict=True):
+            n = next((i + 1 for i, t in enumerate(ids) if t == eos), len(ids))
+            text = tokenizer.decode(ids[:n], skip_special_tokens=True)
+            ok = _correct(text, p.answer)
+            correct += ok
+            lengths.append(n)
+            if len(samples) < 5:
+                samples.append({"id": p.id, "gold": p.answer, "response": text, "correct": ok})
+    return {
+        "accuracy": correct / len(problems),
+        "num_prompts": len(problems),
+        "mean_length": sum(lengths) / len(lengths),
+        "max_length": max(lengths),
+        "samples": samples,
+    }
+
+
+# ---------------------------------------------------------------- the stage
+
+
+def _identity(cfg: DictConfig) -> dict[str, Any]:
+    """The settings that determine the checkpoint (not where it goes or how fast it runs)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return {k: resolved[k] for k in ("seed", "data", "model", "prompt_template", "train")}
+
+
+PROGRESS = "progress.json"  # {"step", "max_steps"} while training: the mini orchestrator's bar reads it
+
+
+def progress_callback(path: Path, every: int = 10):
+    """A TrainerCallback that writes ``{"step", "max_steps"}`` to ``path`` every ``every`` steps and at
+    the end, so a parent process can show a step bar for this subprocess (atomic writes)."""
+    from transformers import TrainerCallback
+
+    class _Progress(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % every == 0 or state.global_step == state.max_steps:
+                write_json(path, {"step": state.global_step, "max_steps": state.max_steps})
+
+    return _Progress()
+
+
+def run_sft(cfg: DictConfig) -> dict[str, Any]:
+    """Train (unless already finished), save the checkpoint, measure greedy validation accuracy."""
+    out_dir = Path(cfg.out_dir) if cfg.get("out_dir") else default_out_dir()
+    marker = out_dir / MARKER
+    identity = _identity(cfg)
+    if marker.exists():
+        done = json.loads(marker.read_text())
+        if done.get("identity") != identity:
+            raise RuntimeError(
+                f"{marker} was written by a different SFT config; delete {out_dir} or set out_dir=... "
+                f"(finished: {done.get('identity')}, asked: {identity})"
+            )
+        log.info("SFT already finished in %s (val accuracy %.3f); skipping", out_dir, done["val"]["accuracy"])
+        return done
+
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    from pspo_repro.data.synthetic import SyntheticConfig, generate
+
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    t0, cpu0 = time.time(), time.process_time()
+    data_cfg = SyntheticConfig(
+        seed=cfg.data.seed, max_number=cfg.data.max_number, max_factor=cfg.data.max_factor
+    )
+    splits = generate({"train": cfg.data.n_train, "validation": cfg.data.n_val, "test": 0}, data_cfg)
+    arch = OmegaConf.to_container(cfg.model.arch, resolve=True) if cfg.model.arch else None
+    model, tokenizer = init_model(arch, cfg.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info("model: %d parameters; %d train rows", n_params, len(splits["train"]))
+
+    work = out_dir / "trainer"  # TRL's output_dir; nothing is saved there (save_strategy=no)
+    t = cfg.train
+    args = SFTConfig(
+        output_dir=str(work),
+        num_train_epochs=t.epochs,
+        max_steps=t.max_steps if t.max_steps else -1,
+        learning_rate=t.lr,
+        lr_scheduler_type=t.scheduler,
+        warmup_steps=t.warmup_ratio,  # a float < 1 is a ratio in transformers 5
+        weight_decay=t.weight_decay,
+        per_device_train_batch_size=t.batch_size,
+        max_grad_norm=t.max_grad_norm,
+        max_length=t.max_length,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        # Seeded via set_seed; full_determinism (deterministic kernels) doubles CPU time per step and is
+        # not needed on CPU, where one-thread kernels are already deterministic (tests check it).
+        full_determinism=False,
+        use_cpu=True,
+        bf16=False,
+        logging_steps=t.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=sft_dataset(
+            with_habit(splits["train"], float(cfg.data.get("habit_frac", 0.0)), cfg.seed), cfg.prompt_template
+        ),
+        processing_class=tokenizer,
+        callbacks=[progress_callback(out_dir / PROGRESS)],
+    )
+    train_out = trainer.train()
+    train_s = time.time() - t0
+
+    model_dir = out_dir / MODEL_SUBDIR
+    if model_dir.exists():  # a half-written checkpoint from an interrupted run
+        shutil.rmtree(model_dir)
+    trainer.model.save_pretrained(model_dir, safe_serialization=True)
+    tokenizer.save_pretrained(model_dir)
+    shutil.rmtree(work, ignore_errors=True)
+
+    val = greedy_accuracy(
+        trainer.model,
+        tokenizer,
+        splits["validation"],
+        cfg.prompt_template,
+        cfg.eval.max_new_tokens,
+        cfg.eval.batch_size,
+    )
+    record = {
+        "status": "finished",
+        "identity": identity,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "checkpoint": str(model_dir),
+        "num_parameters": n_params,
+        "train_loss": train_out.training_loss,
+        "train_steps": train_out.global_step,
+        "train_seconds": round(train_s, 1),
+        "total_seconds": round(time.time() - t0, 1),
+        # CPU seconds of this process: about the wall time on an idle machine with threads=1 (the wall
+        # time on a shared machine says more about the neighbours than about the stage).
+        "cpu_seconds": round(time.process_time() - cpu0, 1),
+        "val": val,
+        "versions": package_versions(),
+        "git_sha": git_sha(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    write_json(marker, record)  # last: its presence means the checkpoint is complete
+    log.info(
+        "SFT finished: val greedy accuracy %.3f (%d prompts), %.0f s; checkpoint %s",
+        val["accuracy"], val["num_prompts"], record["total_seconds"], model_dir,
+    )  # fmt: skip
+    return record
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point: ``python -m pspo_repro.sft [key=value ...]``."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    run_sft(cfg)
