@@ -23,12 +23,17 @@ export WANDB_MODE ?= offline
 env:
 	@bash scripts/setup_env.sh
 
+# Two pytest-xdist workers on the 2-core machine (docs/benchmarks.md: the suite's time); the Slurm tests
+# share one worker (tests/conftest.py). PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: env
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -m "not vllm"
+	$(PY) -m pytest -q -m "not vllm" $(PYTEST_ARGS)
 
 test-fast: env
-	$(PY) -m pytest -q -m "not slow and not vllm"
+	$(PY) -m pytest -q -m "not slow and not vllm" $(PYTEST_ARGS)
 
 lint: env
 	$(PY) -m ruff check .
@@ -60,4 +65,4 @@ env-vllm:
 test-vllm: env-vllm
 	VLLM_ENABLE_V1_MULTIPROCESSING=$${VLLM_ENABLE_V1_MULTIPROCESSING:-0} \
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
-	$(VLLM_PY) -m pytest -q -m vllm tests/test_vllm_engine.py
+	$(VLLM_PY) -m pytest -q -m vllm tests/evaluation/test_vllm_engine.py

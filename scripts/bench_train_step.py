@@ -28,6 +28,7 @@ def build(method_name: str, which: str, out: Path):
     from hydra.core.global_hydra import GlobalHydra
     from trl import GRPOTrainer
 
+    from pspo_repro.common.paths import CONF_DIR
     from pspo_repro.scoring.rewards import get_reward
     from pspo_repro.training import grpo as train
     from pspo_repro.training.models import load_model, load_tokenizer
@@ -41,7 +42,7 @@ def build(method_name: str, which: str, out: Path):
         "trainer.max_steps=1000",
     ]
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(train.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=ov)
     method = train.validate(cfg)
     rows, _ = train.load_data(cfg)

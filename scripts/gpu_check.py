@@ -250,7 +250,7 @@ def pad_tokenizer_json(tokenizer_json: dict[str, Any], vocab_size: int) -> int:
 
 
 def model_arch(preset: str, dry_run: bool) -> dict[str, Any]:
-    """The architecture: ``conf/model/<preset>.yaml``'s ``arch`` (tiny: pspo_repro.tiny_model.TINY_ARCH)."""
+    """The architecture: ``conf/model/<preset>.yaml``'s ``arch`` (tiny: pspo_repro.training.tiny_model.TINY_ARCH)."""
     if dry_run or preset == "tiny":
         from pspo_repro.training.tiny_model import TINY_ARCH
 

@@ -71,3 +71,11 @@ def entry_main():
         return importlib.import_module(found.group(1)).main
 
     return resolve
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs 2 workers with ``--dist loadgroup``), the tests that submit to
+    the one local Slurm cluster run in one worker, one after another, as they did before."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))

@@ -189,7 +189,10 @@ def _write(root: Path, files: dict[str, str]) -> Path:
         ({"common/a.py": "", "training/t.py": "from pkg.common import a\n"}, []),
         ({"common/a.py": "from pkg.training import t\n", "training/t.py": ""}, ["pkg.common.a (common)"]),
         # a lazy import inside a function counts, and so does ``from pkg.stage import module``
-        ({"data/d.py": "def f():\n    from pkg.scoring.s import g\n", "scoring/s.py": ""}, ["pkg.data.d (data)"]),
+        (
+            {"data/d.py": "def f():\n    from pkg.scoring.s import g\n", "scoring/s.py": ""},
+            ["pkg.data.d (data)"],
+        ),
         ({"data/d.py": "import pkg.methods.m as m\n", "methods/m.py": ""}, ["pkg.data.d (data)"]),
         ({"evaluation/e.py": "from pkg.analysis import x\n", "analysis/x.py": ""}, ["pkg.evaluation.e"]),
     ],

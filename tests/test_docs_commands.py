@@ -27,8 +27,7 @@ import pytest
 import yaml
 
 from pspo_repro.common.cli import compose_config, compose_error
-from pspo_repro.common.paths import PROJECT_ROOT
-from pspo_repro.training.grpo import CONF_DIR
+from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT
 
 FAST_TIMEOUT_S = 180
 SLOW_TIMEOUT_S = 900

@@ -1,7 +1,7 @@
 """Figures: accuracy against temperature and validation-reward training curves (PNG and PDF).
 
 Matplotlib runs on the Agg backend (no display on cluster nodes); figures are rendered to bytes
-here and written by the caller through :mod:`pspo_repro.atomic`, so a crash never leaves a
+here and written by the caller through :mod:`pspo_repro.common.atomic`, so a crash never leaves a
 truncated figure.
 """
 

@@ -124,7 +124,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     caption = (
         f"Base model (SFT) greedy test accuracy: {_fmt(base, True)}%. Means over seeds; collapsed: the "
         "selected checkpoint below half of the base model's accuracy; reward fell: the last quarter's "
-        "training reward below half of the first steps'. Definitions: pspo_repro/regime.py.\n\n"
+        "training reward below half of the first steps'. Definitions: pspo_repro/analysis/regime.py.\n\n"
     )
     head = caption + (
         "| Method | Seeds | Test acc. (T=0) [95% CI] | Val. reward first -> last | Zero-grad tokens % "

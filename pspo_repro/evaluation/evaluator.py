@@ -134,54 +134,74 @@ def resolve_target(cfg: Any) -> Target:
     if local and not cfg.model_ref:  # with run= it would be ignored
         raise EvalError("model_path= needs model=<preset>: the folder holds that preset's weights")
     if cfg.run:
-        run_dir = Path(str(cfg.run)).expanduser()
-        if not run_dir.is_dir() and (results_dir() / "runs" / str(cfg.run)).is_dir():
-            run_dir = results_dir() / "runs" / str(cfg.run)
-        if not run_dir.is_dir():
-            raise EvalError(
-                f"run folder not found: {cfg.run} (also tried {results_dir() / 'runs' / str(cfg.run)})"
-            )
-        info_path = run_dir / "run.json"
-        if not info_path.is_file():
-            raise EvalError(f"{info_path} not found: not a training run folder")
-        try:
-            info = json.loads(info_path.read_bytes().decode("utf-8"))
-        except json.JSONDecodeError as exc:
-            raise EvalError(f"{info_path}: malformed JSON ({exc.msg})") from None
-        except UnicodeDecodeError as exc:
-            raise EvalError(f"{info_path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-        if not isinstance(info, dict):
-            raise EvalError(f"{info_path}: expected a JSON object, got {type(info).__name__}")
-        missing = [k for k in ("model", "method", "seed") if info.get(k) is None]
-        if missing:
-            raise EvalError(f"{info_path}: missing field(s) {', '.join(missing)}")
-        ckpt = cfg.checkpoint or info.get("best_checkpoint")
-        if not ckpt:
-            raise EvalError(f"{info_path} has no best_checkpoint; pass checkpoint=<folder>")
-        if not isinstance(ckpt, str):
-            raise EvalError(f"{info_path}: best_checkpoint must be a folder name, got {ckpt!r}")
-        folder = Path(str(ckpt)).expanduser()
-        folder = folder if folder.is_absolute() else run_dir / folder
-        try:
-            # Results are filed under the run's identity: only a checkpoint of that run may carry it.
-            source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
-            ensure_under(run_dir, folder, source)
-        except UnsafePathError as exc:
-            raise EvalError(f"{exc}, the run folder; evaluate another model as model=<folder>") from None
-        _check_checkpoint(folder)
-        try:  # run.json is a file on disk: its names are untrusted like any other (safe_paths)
-            target = Target(
-                check_name(f"model in {info_path}", info["model"]),
-                check_name(f"method in {info_path}", info["method"]),
-                check_seed(f"seed in {info_path}", info["seed"]),
-                check_name(f"tag in {info_path}", info["tag"]) if info.get("tag") else "",
-                str(run_dir),
-                str(folder.resolve()),
-            )
-        except UnsafePathError as exc:
-            raise EvalError(str(exc)) from None
-        _check_finished(info, info_path, folder, by_name=bool(cfg.checkpoint))
-        return target
+        return _run_target(cfg)
+    return _model_target(cfg, local)
+
+
+def _run_target(cfg: Any) -> Target:
+    """Step for ``run=``: the run's best checkpoint (or ``checkpoint=``), filed under the run's identity."""
+    run_dir = _find_run_dir(cfg.run)
+    info_path = run_dir / "run.json"
+    info = _read_run_info(info_path)
+    ckpt = cfg.checkpoint or info.get("best_checkpoint")
+    if not ckpt:
+        raise EvalError(f"{info_path} has no best_checkpoint; pass checkpoint=<folder>")
+    if not isinstance(ckpt, str):
+        raise EvalError(f"{info_path}: best_checkpoint must be a folder name, got {ckpt!r}")
+    folder = Path(str(ckpt)).expanduser()
+    folder = folder if folder.is_absolute() else run_dir / folder
+    try:
+        # Results are filed under the run's identity: only a checkpoint of that run may carry it.
+        source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
+        ensure_under(run_dir, folder, source)
+    except UnsafePathError as exc:
+        raise EvalError(f"{exc}, the run folder; evaluate another model as model=<folder>") from None
+    _check_checkpoint(folder)
+    try:  # run.json is a file on disk: its names are untrusted like any other (safe_paths)
+        target = Target(
+            check_name(f"model in {info_path}", info["model"]),
+            check_name(f"method in {info_path}", info["method"]),
+            check_seed(f"seed in {info_path}", info["seed"]),
+            check_name(f"tag in {info_path}", info["tag"]) if info.get("tag") else "",
+            str(run_dir),
+            str(folder.resolve()),
+        )
+    except UnsafePathError as exc:
+        raise EvalError(str(exc)) from None
+    _check_finished(info, info_path, folder, by_name=bool(cfg.checkpoint))
+    return target
+
+
+def _find_run_dir(run: Any) -> Path:
+    """The run folder ``run=`` names: a path, else a folder under ``<results>/runs``."""
+    run_dir = Path(str(run)).expanduser()
+    if not run_dir.is_dir() and (results_dir() / "runs" / str(run)).is_dir():
+        run_dir = results_dir() / "runs" / str(run)
+    if not run_dir.is_dir():
+        raise EvalError(f"run folder not found: {run} (also tried {results_dir() / 'runs' / str(run)})")
+    return run_dir
+
+
+def _read_run_info(info_path: Path) -> dict[str, Any]:
+    """The run's ``run.json``, read as untrusted input: a JSON object with model, method and seed."""
+    if not info_path.is_file():
+        raise EvalError(f"{info_path} not found: not a training run folder")
+    try:
+        info = json.loads(info_path.read_bytes().decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise EvalError(f"{info_path}: malformed JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise EvalError(f"{info_path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    if not isinstance(info, dict):
+        raise EvalError(f"{info_path}: expected a JSON object, got {type(info).__name__}")
+    missing = [k for k in ("model", "method", "seed") if info.get(k) is None]
+    if missing:
+        raise EvalError(f"{info_path}: missing field(s) {', '.join(missing)}")
+    return info
+
+
+def _model_target(cfg: Any, local: Any) -> Target:
+    """``model=``: a model preset, the tiny model, a local folder or a hub id, as a baseline."""
     if not cfg.model_ref:
         raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
     if cfg.checkpoint:
@@ -195,27 +215,7 @@ def resolve_target(cfg: Any) -> Target:
             f"got model={name}"
         )
     if "/" not in name and preset.is_file():
-        # A training model preset (conf/model/<name>.yaml): the same name as its training runs, so the
-        # baseline row lines up with them in tables.
-        from omegaconf import OmegaConf
-
-        spec = OmegaConf.load(preset)
-        if local:
-            # The preset's weights from a local folder (offline): stored under the preset's name too.
-            path = Path(str(local)).expanduser()
-            _check_checkpoint(path)
-            return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
-        if spec.get("path"):
-            path = Path(str(spec.path)).expanduser()
-            _check_checkpoint(path)
-            return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
-        if spec.get("hub_id"):
-            return Target(str(spec.name), "baseline", 0, "", None, str(spec.hub_id))
-        if name == "tiny":
-            from pspo_repro.training.tiny_model import tiny_model_path
-
-            return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
-        raise EvalError(f"{preset} names neither path nor hub_id")
+        return _preset_target(name, preset, local)
     if name == "tiny":
         from pspo_repro.training.tiny_model import tiny_model_path
 
@@ -235,6 +235,31 @@ def resolve_target(cfg: Any) -> Target:
     except UnsafePathError as exc:
         raise EvalError(str(exc)) from None
     return Target(label, "baseline", 0, "", None, name)  # a hub id
+
+
+def _preset_target(name: str, preset: Path, local: Any) -> Target:
+    """``model=<preset>``: its weights from ``model_path=``, its ``path`` or its ``hub_id``."""
+    # A training model preset (conf/model/<name>.yaml): the same name as its training runs, so the
+    # baseline row lines up with them in tables.
+    from omegaconf import OmegaConf
+
+    spec = OmegaConf.load(preset)
+    if local:
+        # The preset's weights from a local folder (offline): stored under the preset's name too.
+        path = Path(str(local)).expanduser()
+        _check_checkpoint(path)
+        return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
+    if spec.get("path"):
+        path = Path(str(spec.path)).expanduser()
+        _check_checkpoint(path)
+        return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
+    if spec.get("hub_id"):
+        return Target(str(spec.name), "baseline", 0, "", None, str(spec.hub_id))
+    if name == "tiny":
+        from pspo_repro.training.tiny_model import tiny_model_path
+
+        return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
+    raise EvalError(f"{preset} names neither path nor hub_id")
 
 
 def _number(key: str, value: Any, kind: type = float) -> Any:

@@ -9,7 +9,7 @@ analysis code reports (``maths_plots.py`` in MCDwyer/GR-PSPO, read for its defin
 - ``reward_top1`` / ``true_top1``: the first sample's correctness (their "top-1" at T > 0).
 - ``reward_best_of_n`` / ``true_best_of_n``: any of the n samples is correct.
 - ``authors_acc`` / ``authors_pass@k``: the same with a sample counted correct when the authors' reward
-  exceeds 0.5 (``pspo_repro.authors_reward``): the numbers comparable with the paper's.
+  exceeds 0.5 (``pspo_repro.scoring.authors_reward``): the numbers comparable with the paper's.
 - ``reward_pass@k`` / ``true_pass@k``: the unbiased estimator, k <= n (their ``pass_at_k_estimate``).
 - ``agreement``: the winning answer's share of the n samples ("no answer" included), mean over prompts.
 - ``unique_answers``: distinct non-empty final answers per prompt, mean over prompts with at least one.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -89,67 +89,32 @@ def _spec(name: str, node: DictConfig, seed: int) -> TestbedSpec:
     return TestbedSpec(name=name, seed=seed, **OmegaConf.to_container(node, resolve=True))
 
 
+class _Probes(NamedTuple):
+    """The probe step's output: figure parameters, ratio curves, noclip's reference curve, DPPO grids."""
+
+    fig_params: dict[str, dict[str, Any]]
+    curves: dict[str, Any]
+    ref: Any
+    grids: dict[str, Any]
+
+
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> int:
     """Return the exit code: 0 all checks pass, 1 a check failed, 2 a bad request (nothing written)."""
     start = time.perf_counter()
     try:
-        selected, params = resolve(cfg)
-        if cfg.epochs < 1:
-            raise UsageError(f"epochs={cfg.epochs} is invalid; allowed: an integer >= 1")
-        make_optimizer(cfg.optimizer, [torch.zeros(1, requires_grad=True)], 0.1)  # validates the name
-        specs = [_spec("bandit", cfg.bandit, cfg.seed), _spec("sequence", cfg.sequence, cfg.seed + 1)]
-        testbeds = [Tabular(s) for s in specs]
+        selected, params, specs, testbeds = _validate_request(cfg)
     except (UsageError, ValueError, TypeError) as err:
         print(f"explore: {err}", file=sys.stderr)
         return 2
 
     torch.manual_seed(cfg.seed)
     alpha = params["pspo"]["alpha"]
-    fig_params = {m: {**params[m], **FIGURE_PARAMS.get(m, {})} for m in params}
-    curves = {m: ratio_curves(m, fig_params[m], cfg.curves.points, cfg.curves.r_max) for m in selected}
-    ref = curves.get("noclip") or ratio_curves(
-        "noclip", params["noclip"], cfg.curves.points, cfg.curves.r_max
-    )
-    dppo = [m for m in selected if m.startswith("dppo_binary")]
-    dppo += [m for m in selected if m.startswith("dppo_topk") and m.replace("topk", "binary") not in dppo]
-    grids = {m: mask_grid(m, params[m], cfg.mask_points) for m in dppo}
-
-    results, all_checks = [], []
-    train_methods = selected + [m for m in CHECK_METHODS if m not in selected]
-    for spec, tb in zip(specs, testbeds, strict=True):
-        batch = tb.sample_batch()
-        runs = {
-            m: train(tb, batch, m, params[m], epochs=cfg.epochs, optimizer=cfg.optimizer, lr=cfg.lr)
-            for m in train_methods
-        }
-        all_checks += C.check_smoothing_contraction(tb, runs["pspo"], params, spec.name)
-        all_checks += C.check_zero_grads(runs, spec.name)
-        all_checks.append(C.check_gradient_scaling(tb, batch, runs["pspo"], params, spec.name))
-        all_checks.append(C.check_library_zero_grad_metric(runs, spec.name))
-        if spec.name == "bandit":
-            all_checks += C.check_optimizer_equivalence(tb, batch, params, cfg.epochs, cfg.lr, spec.name)
-        results.append((spec, {m: runs[m] for m in selected}))
-    all_checks += C.check_dppo_topk_reduces_to_binary({m: params[m] for m in selected})
+    probes = _probe(cfg, selected, params)
+    results, all_checks = _run_testbeds(cfg, specs, testbeds, selected, params)
 
     out_dir = Path(cfg.out_dir) if cfg.out_dir is not None else PROJECT_ROOT / "docs" / "figures"
     out_dir.mkdir(parents=True, exist_ok=True)
-    fmt, dpi = list(cfg.formats), cfg.dpi
-    figures = []
-    for m in selected:
-        figures += plots.save(
-            plots.method_figure(m, fig_params[m], curves[m], ref), out_dir, f"method_{m}", fmt, dpi
-        )
-    figures += plots.save(
-        plots.overview_figure(curves, fig_params, ref), out_dir, "methods_overview", fmt, dpi
-    )
-    if grids:
-        figures += plots.save(plots.dppo_mask_figure(grids, params), out_dir, "dppo_masks", fmt, dpi)
-    for spec, runs in results:
-        title = (
-            f"{spec.name} testbed: {cfg.optimizer} lr={cfg.lr:g}, {cfg.epochs} epochs on one batch of "
-            f"{spec.num_groups * spec.group_size} (seq_len {spec.seq_len}, vocab {spec.vocab}, reward {spec.reward})"
-        )
-        figures += plots.save(plots.testbed_figure(runs, title), out_dir, f"testbed_{spec.name}", fmt, dpi)
+    figures = _save_figures(cfg, out_dir, selected, params, probes, results)
 
     for c in all_checks:
         print(c.line())
@@ -177,3 +142,77 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> int:
         f"and explore_summary.md to {out_dir} in {runtime:.1f} s"
     )
     return 1 if failed else 0
+
+
+def _validate_request(
+    cfg: DictConfig,
+) -> tuple[list[str], dict[str, dict[str, Any]], list[TestbedSpec], list]:
+    """Step 1: check the methods, epochs and optimizer and build the testbeds (raises on a bad request)."""
+    selected, params = resolve(cfg)
+    if cfg.epochs < 1:
+        raise UsageError(f"epochs={cfg.epochs} is invalid; allowed: an integer >= 1")
+    make_optimizer(cfg.optimizer, [torch.zeros(1, requires_grad=True)], 0.1)  # validates the name
+    specs = [_spec("bandit", cfg.bandit, cfg.seed), _spec("sequence", cfg.sequence, cfg.seed + 1)]
+    testbeds = [Tabular(s) for s in specs]
+    return selected, params, specs, testbeds
+
+
+def _probe(cfg: DictConfig, selected: list[str], params: dict[str, dict[str, Any]]) -> _Probes:
+    """Step 2: each selected method's ratio curves (noclip's as reference) and the DPPO mask grids."""
+    fig_params = {m: {**params[m], **FIGURE_PARAMS.get(m, {})} for m in params}
+    curves = {m: ratio_curves(m, fig_params[m], cfg.curves.points, cfg.curves.r_max) for m in selected}
+    ref = curves.get("noclip") or ratio_curves(
+        "noclip", params["noclip"], cfg.curves.points, cfg.curves.r_max
+    )
+    dppo = [m for m in selected if m.startswith("dppo_binary")]
+    dppo += [m for m in selected if m.startswith("dppo_topk") and m.replace("topk", "binary") not in dppo]
+    grids = {m: mask_grid(m, params[m], cfg.mask_points) for m in dppo}
+    return _Probes(fig_params, curves, ref, grids)
+
+
+def _run_testbeds(
+    cfg: DictConfig, specs: list[TestbedSpec], testbeds: list[Tabular], selected: list[str], params
+) -> tuple[list, list]:
+    """Step 3: train the methods on each testbed and run the checks; returns (results, checks)."""
+    results, all_checks = [], []
+    train_methods = selected + [m for m in CHECK_METHODS if m not in selected]
+    for spec, tb in zip(specs, testbeds, strict=True):
+        batch = tb.sample_batch()
+        runs = {
+            m: train(tb, batch, m, params[m], epochs=cfg.epochs, optimizer=cfg.optimizer, lr=cfg.lr)
+            for m in train_methods
+        }
+        all_checks += C.check_smoothing_contraction(tb, runs["pspo"], params, spec.name)
+        all_checks += C.check_zero_grads(runs, spec.name)
+        all_checks.append(C.check_gradient_scaling(tb, batch, runs["pspo"], params, spec.name))
+        all_checks.append(C.check_library_zero_grad_metric(runs, spec.name))
+        if spec.name == "bandit":
+            all_checks += C.check_optimizer_equivalence(tb, batch, params, cfg.epochs, cfg.lr, spec.name)
+        results.append((spec, {m: runs[m] for m in selected}))
+    all_checks += C.check_dppo_topk_reduces_to_binary({m: params[m] for m in selected})
+    return results, all_checks
+
+
+def _save_figures(
+    cfg: DictConfig, out_dir: Path, selected: list[str], params, probes: _Probes, results: list
+) -> list:
+    """Step 4: write the per-method, overview, DPPO-mask and testbed figures; returns their paths."""
+    fig_params, curves, ref, grids = probes
+    fmt, dpi = list(cfg.formats), cfg.dpi
+    figures = []
+    for m in selected:
+        figures += plots.save(
+            plots.method_figure(m, fig_params[m], curves[m], ref), out_dir, f"method_{m}", fmt, dpi
+        )
+    figures += plots.save(
+        plots.overview_figure(curves, fig_params, ref), out_dir, "methods_overview", fmt, dpi
+    )
+    if grids:
+        figures += plots.save(plots.dppo_mask_figure(grids, params), out_dir, "dppo_masks", fmt, dpi)
+    for spec, runs in results:
+        title = (
+            f"{spec.name} testbed: {cfg.optimizer} lr={cfg.lr:g}, {cfg.epochs} epochs on one batch of "
+            f"{spec.num_groups * spec.group_size} (seq_len {spec.seq_len}, vocab {spec.vocab}, reward {spec.reward})"
+        )
+        figures += plots.save(plots.testbed_figure(runs, title), out_dir, f"testbed_{spec.name}", fmt, dpi)
+    return figures

@@ -2,7 +2,7 @@
 
 Stages, each through the project's own entry points so the mini run exercises the GPU grid's code paths:
 
-1. ``data``: the synthetic splits (``pspo_repro.synthetic``) written to ``<root>/work/data/synthetic/``;
+1. ``data``: the synthetic splits (``pspo_repro.data.synthetic``) written to ``<root>/work/data/synthetic/``;
    every later stage reads them through ``PSPO_DATA_DIR``.
 2. ``sft``: ``python -m pspo_repro.sft`` trains the base model (``<root>/work/sft/model``).
 3. ``rl``: Hydra multiruns of ``python -m pspo_repro.train -m experiment=mini method=... seed=0,1,2

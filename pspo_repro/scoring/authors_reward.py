@@ -3,7 +3,7 @@
 Written from a reading of their code (``../shared/reference/peer-code/gr-pspo/maths_rewards.py``), not
 copied. It is what the paper's runs were trained with and what the paper's "accuracy" counts (reward >
 0.5), so the paper experiments train with it (``reward=authors_gsm8k``) and the evaluator reports it as
-``authors_acc`` next to our careful grader (``pspo_repro.grading``). Their behaviour, kept on purpose:
+``authors_acc`` next to our careful grader (``pspo_repro.scoring.grading``). Their behaviour, kept on purpose:
 
 - the answer is the tail of the FIRST ``####`` line (``re.search``), even when the model runs on into a
   new question with its own ``####``; ``\\s*`` after ``####`` may cross a newline;

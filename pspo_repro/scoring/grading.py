@@ -507,7 +507,7 @@ def _authors_isclose(a: Fraction, b: Fraction) -> bool:
 
 def gsm8k_numeric_reward(response: str, gold: str) -> float:
     """Our corrected version of the authors' ``gsm8k_numeric_reward`` (``reward=gsm8k_numeric``; their
-    function bug for bug is ``pspo_repro.authors_reward``): effective values {0, 0.05, 1}.
+    function bug for bug is ``pspo_repro.scoring.authors_reward``): effective values {0, 0.05, 1}.
 
     Parse the answer after the last ``####`` (else the last number of the text, their regex); 1.0 if it is
     ``math.isclose`` (rel and abs 1e-6) to the gold, +0.05 if ``####\\s*\\d+[^\\n]+`` matches (their

@@ -3,7 +3,7 @@
 TRL calls ``fn(prompts=..., completions=..., completion_ids=..., **columns)`` where ``columns`` are the
 dataset's other columns repeated per completion (here ``answer`` and ``answer_kind``) plus TRL's own
 keywords (``trainer_state``, ``log_extra``, ``log_metric``), and expects one float per completion.
-The scoring itself lives in ``pspo_repro.grading`` (shared with evaluation), which bounds math-verify's
+The scoring itself lives in ``pspo_repro.scoring.grading`` (shared with evaluation), which bounds math-verify's
 time on any thread (its signal-based timeouts only work on the main thread). No torch/TRL imports here.
 """
 
@@ -71,7 +71,7 @@ def gsm8k_numeric(prompts, completions, answer, **kwargs) -> list[float]:
 
 @register_reward("authors_gsm8k")
 def authors_gsm8k(prompts, completions, answer, **kwargs) -> list[float]:
-    """The authors' reward bug for bug (``pspo_repro.authors_reward``): the paper experiments train with it."""
+    """The authors' reward bug for bug (``pspo_repro.scoring.authors_reward``): the paper experiments train with it."""
     return [authors_gsm8k_reward(completion_text(c), g) for c, g in zip(completions, answer, strict=True)]
 
 

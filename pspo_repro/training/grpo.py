@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -501,9 +502,60 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path | None:
         return _run(cfg, overrides, locks)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A run as validation settles it, before anything is loaded or written."""
+
+    overrides: list[str]
+    method: Any  # the parsed method config (methods.parse_method_config)
+    train_rows: list
+    val_rows: list
+    tag: str
+    folder: Path
+    resolved: dict[str, Any]  # the composed config, as run.json records it
+    identity: dict[str, Any]
+
+
 def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitStack) -> Path | None:
+    """``run``'s steps in order: plan, prepare and lock, check the folder, then train and record."""
     if overrides is None:
         overrides = _hydra_overrides()
+    plan = _plan_run(cfg, overrides)
+    prepared = None if cfg.get("dry_run") else _prepare_and_lock(cfg, plan, locks)
+
+    previous = read_run_json(plan.folder)
+    if _finished_already(plan, previous):
+        return plan.folder
+    if cfg.get("dry_run"):
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+        print(f"run folder: {plan.folder}")
+        return None
+    tokenizer, args, use_cuda = prepared
+
+    # TRL's trainer and the callbacks load here, past the dry-run return but before anything is written:
+    # a broken install fails with the folder untouched. The steps below import their names from them.
+    import pspo_repro.training.callbacks  # noqa: F401
+    import pspo_repro.training.trainer  # noqa: F401
+
+    train_ds, eval_ds = _datasets(cfg, plan, tokenizer)
+    record, resume, main_process = _start_record(cfg, plan, previous, args, locks)
+    if resume and (spent := _spent_budget_state(resume, cfg.trainer.token_budget)):
+        # Killed after the budget's final checkpoint but before run.json said finished: training again
+        # would add a step past the budget. The checkpoint's trainer state is the run's end.
+        return _finish_from_checkpoint(plan.folder, spent, record, main_process)
+    _setup_logger(cfg, plan.folder)
+
+    trainer, nonfinite, budget, stopper = _build_trainer(
+        cfg, plan, tokenizer, args, use_cuda, train_ds, eval_ds
+    )
+    _check_precision(cfg, trainer, record)
+    if main_process:
+        write_run_json(plan.folder, record)
+    return _train_and_record(trainer, plan.folder, record, resume, nonfinite, budget, stopper)
+
+
+def _plan_run(cfg: DictConfig, overrides: list[str]) -> _Plan:
+    """Step 1: merge the per-method values, validate, load the data and name the run folder (no writes)."""
     apply_per_method(cfg, overrides)
     method = validate(cfg)
     train_rows, val_rows = load_data(cfg)
@@ -517,52 +569,55 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     resolved.pop("per_method_as_run", None)
     resolved["method"] = {**resolved["method"], **method.params}  # defaults made explicit
     identity = identity_config(resolved)
-    if not cfg.get("dry_run"):
-        # Tokenizer and TRL's config before the lock (which creates the folder): a tokenizer that cannot
-        # load or a setting TRL refuses is a one-line error with nothing written.
-        tokenizer, args, use_cuda = _prepare(cfg, folder, method)
+    return _Plan(overrides, method, train_rows, val_rows, tag, folder, resolved, identity)
+
+
+def _prepare_and_lock(cfg: DictConfig, plan: _Plan, locks: contextlib.ExitStack) -> tuple[Any, Any, bool]:
+    """Step 2: the tokenizer, TRL's config and CUDA (``_prepare``), then the folder's lock (main process)."""
+    # Tokenizer and TRL's config before the lock (which creates the folder): a tokenizer that cannot
+    # load or a setting TRL refuses is a one-line error with nothing written.
+    prepared = _prepare(cfg, plan.folder, plan.method)
+    if is_main_process():
+        locks.enter_context(run_folder_lock(plan.folder))
+    return prepared
+
+
+def _finished_already(plan: _Plan, previous: dict | None) -> bool:
+    """Step 3: refuse a folder of another configuration; True (reported) when this run has finished."""
+    if previous is None:
+        return False
+    if previous.get("identity") != redact(plan.identity):  # run.json stores it redacted
+        raise UsageError(
+            f"{plan.folder} holds a run with a different configuration; set run_tag=... or remove the folder"
+        )
+    if previous.get("status") == "finished":
         if is_main_process():
-            locks.enter_context(run_folder_lock(folder))
-
-    previous = read_run_json(folder)
-    if previous is not None:
-        if previous.get("identity") != redact(identity):  # run.json stores it redacted
-            raise UsageError(
-                f"{folder} holds a run with a different configuration; set run_tag=... or remove the folder"
+            print(
+                f"finished already: {plan.folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
             )
-        if previous.get("status") == "finished":
-            if is_main_process():
-                print(
-                    f"finished already: {folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
-                )
-            return folder
-    if cfg.get("dry_run"):
-        print(OmegaConf.to_yaml(cfg, resolve=True))
-        print(f"run folder: {folder}")
-        return None
+        return True
+    return False
 
-    import trl
 
-    from pspo_repro.scoring.rewards import get_reward
-    from pspo_repro.training.callbacks import (
-        CheckpointMarkerCallback,
-        MetricsJsonlCallback,
-        NonFiniteCallback,
-        NonFiniteError,
-        StopAfterStepCallback,
-        TokenBudgetCallback,
-    )
-    from pspo_repro.training.models import load_model, save_random_init
-    from pspo_repro.training.trainer import MethodGRPOTrainer
-
+def _datasets(cfg: DictConfig, plan: _Plan, tokenizer) -> tuple[Any, Any]:
+    """Step 4: the training prompts and (when validating) the validation prompts as TRL datasets."""
     t = cfg.trainer
-    train_ds = to_dataset(train_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
+    train_ds = to_dataset(plan.train_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
     eval_ds = (
-        to_dataset(val_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
+        to_dataset(plan.val_rows, tokenizer, cfg.data.prompt_template, t.max_prompt_length)
         if t.eval_steps
         else None
     )
+    return train_ds, eval_ds
 
+
+def _start_record(
+    cfg: DictConfig, plan: _Plan, previous: dict | None, args, locks: contextlib.ExitStack
+) -> tuple[dict[str, Any], Path | None, bool]:
+    """Step 5: create the folder, find the checkpoint to resume from and write run.json as running."""
+    # Returns the record (later steps update it; the failure hook writes its latest state), the
+    # checkpoint to resume from (None: start afresh) and whether this is the main process.
+    folder = plan.folder
     folder.mkdir(parents=True, exist_ok=True)
     resume = last_checkpoint(folder)
     step0 = int(resume.name.split("-")[1]) if resume else 0
@@ -576,12 +631,12 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         "model": cfg.model.name,
         "method": cfg.method.name,
         "seed": cfg.seed,
-        "tag": tag,
+        "tag": plan.tag,
         "run_dir": str(folder),
         "status": "running",
-        "overrides": list(overrides),
-        "identity": identity,
-        "config": resolved,
+        "overrides": list(plan.overrides),
+        "identity": plan.identity,
+        "config": plan.resolved,
         "git_sha": git_sha(),
         "versions": package_versions(),
         "resumed_from": str(resume) if resume else None,
@@ -601,12 +656,28 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
                 )
 
         locks.push(mark_failed)
-    if resume and (spent := _spent_budget_state(resume, t.token_budget)):
-        # Killed after the budget's final checkpoint but before run.json said finished: training again
-        # would add a step past the budget. The checkpoint's trainer state is the run's end.
-        return _finish_from_checkpoint(folder, spent, record, main_process)
-    _setup_logger(cfg, folder)
+    return record, resume, main_process
 
+
+def _build_trainer(
+    cfg: DictConfig, plan: _Plan, tokenizer, args, use_cuda: bool, train_ds, eval_ds
+) -> tuple[Any, Any, Any, Any]:
+    """Step 6: load the model and assemble the trainer with its callbacks."""
+    # Also returns the non-finite, token-budget and stop-after-step callbacks (the last two None when
+    # unset): the final record reads their state.
+    from pspo_repro.scoring.rewards import get_reward
+    from pspo_repro.training.callbacks import (
+        CheckpointMarkerCallback,
+        MetricsJsonlCallback,
+        NonFiniteCallback,
+        StopAfterStepCallback,
+        TokenBudgetCallback,
+    )
+    from pspo_repro.training.models import load_model, save_random_init
+    from pspo_repro.training.trainer import MethodGRPOTrainer
+
+    t = cfg.trainer
+    folder = plan.folder
     model = load_model(cfg.model, tokenizer, use_cuda, training=True)
     if cfg.model.get("random_init") and t.use_vllm and t.vllm_mode == "colocate":
         save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
@@ -625,10 +696,15 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         eval_dataset=eval_ds,
         processing_class=tokenizer,
         callbacks=callbacks,
-        method_name=method.name,
-        method_params=method.params,
-        loss_agg=method.loss_agg,
+        method_name=plan.method.name,
+        method_params=plan.method.params,
+        loss_agg=plan.method.loss_agg,
     )
+    return trainer, nonfinite, budget, stopper
+
+
+def _check_precision(cfg: DictConfig, trainer, record: dict[str, Any]) -> None:
+    """Step 7: add the trainer's precision to ``record``; non-fp32 parameters need model.train_dtype."""
     record["precision"] = precision_record(trainer)
     if record["precision"]["param_dtype"] != "float32" and not cfg.model.get("train_dtype"):
         # load_model asked for fp32; anything else (a plugin model class, a cast) is caught here, not later
@@ -636,8 +712,16 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
             f"training parameters are {record['precision']['param_dtype']}, not float32 (model.dtype="
             f"{cfg.model.get('dtype')}); set model.train_dtype to opt in"
         )
-    if main_process:
-        write_run_json(folder, record)
+
+
+def _train_and_record(
+    trainer, folder: Path, record: dict[str, Any], resume: Path | None, nonfinite, budget, stopper
+) -> Path:
+    """Step 8: train (from ``resume`` when set) and write the final run.json; returns the run folder."""
+    import trl
+
+    from pspo_repro.training.callbacks import NonFiniteError
+
     log.info("trl %s, run folder %s, resume from %s, precision %s", trl.__version__, folder, resume,
              record["precision"])  # fmt: skip
     try:

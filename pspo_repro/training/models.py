@@ -1,7 +1,7 @@
 """Load the policy and its tokenizer from a model config (``conf/model/*.yaml``).
 
 Three sources, in order: ``path`` (a local folder), ``hub_id`` (the hub or its local cache), and for the
-tiny model ``pspo_repro.tiny_model.tiny_model_path()``. ``random_init: true`` builds the architecture
+tiny model ``pspo_repro.training.tiny_model.tiny_model_path()``. ``random_init: true`` builds the architecture
 stored in the yaml (``arch``) with random weights instead: with no hub, it is how real-size runs measure
 speed and memory; such a model is never used for accuracy. Its tokenizer is ``tokenizer`` if given, else
 the tiny tokenizer (its ids are a subset of Qwen's vocabulary size, so the embedding table stays real-size).

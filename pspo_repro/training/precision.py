@@ -92,13 +92,14 @@ def build_trainer(overrides: list[str], root) -> tuple[Any, Any]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from pspo_repro.common.paths import CONF_DIR
     from pspo_repro.scoring.rewards import get_reward
     from pspo_repro.training import grpo as train
     from pspo_repro.training.models import load_model
     from pspo_repro.training.trainer import MethodGRPOTrainer
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(train.CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=[*RUN_OVERRIDES, *overrides])
     method = train.validate(cfg)
     rows, _ = train.load_data(cfg)

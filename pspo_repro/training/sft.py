@@ -205,14 +205,7 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     marker = out_dir / MARKER
     identity = _identity(cfg)
     if marker.exists():
-        done = json.loads(marker.read_text())
-        if done.get("identity") != identity:
-            raise RuntimeError(
-                f"{marker} was written by a different SFT config; delete {out_dir} or set out_dir=... "
-                f"(finished: {done.get('identity')}, asked: {identity})"
-            )
-        log.info("SFT already finished in %s (val accuracy %.3f); skipping", out_dir, done["val"]["accuracy"])
-        return done
+        return _finished_record(marker, out_dir, identity)
 
     import torch
     from trl import SFTConfig, SFTTrainer
@@ -232,34 +225,9 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     log.info("model: %d parameters; %d train rows", n_params, len(splits["train"]))
 
     work = out_dir / "trainer"  # TRL's output_dir; nothing is saved there (save_strategy=no)
-    t = cfg.train
-    args = SFTConfig(
-        output_dir=str(work),
-        num_train_epochs=t.epochs,
-        max_steps=t.max_steps if t.max_steps else -1,
-        learning_rate=t.lr,
-        lr_scheduler_type=t.scheduler,
-        warmup_steps=t.warmup_ratio,  # a float < 1 is a ratio in transformers 5
-        weight_decay=t.weight_decay,
-        per_device_train_batch_size=t.batch_size,
-        max_grad_norm=t.max_grad_norm,
-        max_length=t.max_length,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        # Seeded via set_seed; full_determinism (deterministic kernels) doubles CPU time per step and is
-        # not needed on CPU, where one-thread kernels are already deterministic (tests check it).
-        full_determinism=False,
-        use_cpu=True,
-        bf16=False,
-        logging_steps=t.logging_steps,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
     trainer = SFTTrainer(
         model=model,
-        args=args,
+        args=SFTConfig(**_sft_args(cfg, work)),
         train_dataset=sft_dataset(
             with_habit(splits["train"], float(cfg.data.get("habit_frac", 0.0)), cfg.seed), cfg.prompt_template
         ),
@@ -268,13 +236,7 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     )
     train_out = trainer.train()
     train_s = time.time() - t0
-
-    model_dir = out_dir / MODEL_SUBDIR
-    if model_dir.exists():  # a half-written checkpoint from an interrupted run
-        shutil.rmtree(model_dir)
-    trainer.model.save_pretrained(model_dir, safe_serialization=True)
-    tokenizer.save_pretrained(model_dir)
-    shutil.rmtree(work, ignore_errors=True)
+    model_dir = _save_checkpoint(trainer, tokenizer, out_dir, work)
 
     val = greedy_accuracy(
         trainer.model,
@@ -308,6 +270,58 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         val["accuracy"], val["num_prompts"], record["total_seconds"], model_dir,
     )  # fmt: skip
     return record
+
+
+def _finished_record(marker: Path, out_dir: Path, identity: dict[str, Any]) -> dict[str, Any]:
+    """Skip step: the finished stage's ``sft.json``, refused when another config wrote it."""
+    done = json.loads(marker.read_text())
+    if done.get("identity") != identity:
+        raise RuntimeError(
+            f"{marker} was written by a different SFT config; delete {out_dir} or set out_dir=... "
+            f"(finished: {done.get('identity')}, asked: {identity})"
+        )
+    log.info("SFT already finished in %s (val accuracy %.3f); skipping", out_dir, done["val"]["accuracy"])
+    return done
+
+
+def _sft_args(cfg: DictConfig, work: Path) -> dict[str, Any]:
+    """Trainer settings step: the keyword arguments of TRL's ``SFTConfig`` (CPU, seeded, no saves)."""
+    t = cfg.train
+    return dict(
+        output_dir=str(work),
+        num_train_epochs=t.epochs,
+        max_steps=t.max_steps if t.max_steps else -1,
+        learning_rate=t.lr,
+        lr_scheduler_type=t.scheduler,
+        warmup_steps=t.warmup_ratio,  # a float < 1 is a ratio in transformers 5
+        weight_decay=t.weight_decay,
+        per_device_train_batch_size=t.batch_size,
+        max_grad_norm=t.max_grad_norm,
+        max_length=t.max_length,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        # Seeded via set_seed; full_determinism (deterministic kernels) doubles CPU time per step and is
+        # not needed on CPU, where one-thread kernels are already deterministic (tests check it).
+        full_determinism=False,
+        use_cpu=True,
+        bf16=False,
+        logging_steps=t.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def _save_checkpoint(trainer, tokenizer, out_dir: Path, work: Path) -> Path:
+    """Save step: the trained model and tokenizer as safetensors in ``<out_dir>/model``; TRL's folder goes."""
+    model_dir = out_dir / MODEL_SUBDIR
+    if model_dir.exists():  # a half-written checkpoint from an interrupted run
+        shutil.rmtree(model_dir)
+    trainer.model.save_pretrained(model_dir, safe_serialization=True)
+    tokenizer.save_pretrained(model_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    return model_dir
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")

@@ -1,6 +1,6 @@
 """GRPOTrainer with a pluggable trust-region method: the only module that touches TRL internals.
 
-Mirrors TRL 1.16.0's ``GRPOTrainer._compute_loss`` (trl/trainer/grpo_trainer.py); ``tests/test_train.py``
+Mirrors TRL 1.16.0's ``GRPOTrainer._compute_loss`` (trl/trainer/grpo_trainer.py); ``tests/training/test_train.py``
 asserts ``trl.__version__ == "1.16.0"``, so a TRL upgrade fails loudly until this file is re-checked.
 
 TRL inlines its loss formula and aggregation in ``_compute_loss`` (there is no narrower hook), so we

@@ -48,8 +48,8 @@ class Backend(Protocol):
 
 # name -> "module:Class", imported lazily so that hf does not pull vLLM and vice versa.
 BACKENDS: dict[str, str] = {
-    "hf": "pspo_repro.backends.hf:HFBackend",
-    "vllm": "pspo_repro.backends.vllm_backend:VLLMBackend",
+    "hf": "pspo_repro.evaluation.backends.hf:HFBackend",
+    "vllm": "pspo_repro.evaluation.backends.vllm_backend:VLLMBackend",
 }
 
 
