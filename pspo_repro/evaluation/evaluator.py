@@ -244,13 +244,11 @@ def _preset_target(name: str, preset: Path, local: Any) -> Target:
     from omegaconf import OmegaConf
 
     spec = OmegaConf.load(preset)
-    if local:
-        # The preset's weights from a local folder (offline): stored under the preset's name too.
-        path = Path(str(local)).expanduser()
-        _check_checkpoint(path)
-        return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
-    if spec.get("path"):
-        path = Path(str(spec.path)).expanduser()
+    # model_path= (the preset's weights from a local folder, offline) before the preset's own path; both
+    # are stored under the preset's name.
+    weights = local or spec.get("path")
+    if weights:
+        path = Path(str(weights)).expanduser()
         _check_checkpoint(path)
         return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
     if spec.get("hub_id"):
