@@ -301,6 +301,9 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
             )
     if not 0 < _number("top_p", cfg.top_p) <= 1:
         raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
+    top_k = cfg.eval.get("top_k")
+    if top_k is not None and _number("eval.top_k", top_k, int) < 1:
+        raise EvalError(f"eval.top_k must be a positive integer or null (no top-k filter), got {top_k}")
     from pspo_repro.data.prompts import TEMPLATES
 
     if str(cfg.prompt_template) not in TEMPLATES:
@@ -310,6 +313,13 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
     return datasets, temps
+
+
+def top_k_of(cfg: Any) -> int | None:
+    """``eval.top_k``: the top-k filter of sampled cells (None: none). The authors' evaluation sampled with
+    transformers' default top-k of 50 (they pass no ``top_k``), which ``eval=paper`` sets."""
+    top_k = cfg.eval.get("top_k")
+    return None if top_k is None else int(top_k)
 
 
 # ---------------------------------------------------------------- files and identity
@@ -515,6 +525,7 @@ def _header(
         "rows_sha256": rows_sha256(problems),
         "temperature": t,
         "top_p": float(cfg.top_p),
+        "top_k": top_k_of(cfg),
         "max_new_tokens": int(cfg.max_new_tokens),
         "n_samples": n_for(t, int(cfg.n_samples)),
         "sampling_seed": int(cfg.sampling_seed),
@@ -659,7 +670,9 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer) -> N
                     )
                     for c, i in todo
                 ]
-                outputs = backend.generate(requests, int(cfg.max_new_tokens), float(cfg.top_p))
+                outputs = backend.generate(
+                    requests, int(cfg.max_new_tokens), float(cfg.top_p), top_k=top_k_of(cfg)
+                )
                 for c in ds_cells:
                     recs = [
                         grade_samples(problems[i], out)

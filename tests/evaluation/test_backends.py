@@ -24,6 +24,7 @@ class FakeSamplingParams:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = -1
     max_tokens: int = 16
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
@@ -51,6 +52,14 @@ def test_build_sampling_params_per_request():
     assert all(p.max_tokens == 128 and list(p.stop_token_ids) == [7, 5] for p in params)
     assert [p.seed for p in params] == [r.seed for r in reqs]
     assert len({p.seed for p in params}) == 3  # distinct per (prompt, temperature)
+
+
+@pytest.mark.parametrize("top_k, sampled", [(None, -1), (50, 50)])
+def test_build_sampling_params_top_k(top_k, sampled):
+    """eval.top_k reaches vLLM on sampled requests only; None (and greedy) means every token (-1)."""
+    reqs = [Request("a", (1,), 0.0, 1, 1), Request("a", (1,), 0.8, 4, 2)]
+    params = build_sampling_params(reqs, 16, 1.0, [7], _sampling_params_cls(), top_k)
+    assert [p.top_k for p in params] == [-1, sampled]
 
 
 def test_request_seed_is_stable_and_distinct():
@@ -136,6 +145,28 @@ def test_hf_backend_deterministic_and_shaped(tiny_model_dir):
     assert backend.generate(reqs, 6, 1.0) == first  # same requests -> same samples
     greedy = backend.generate(_requests(backend.tokenizer, ["Tom has 3 apples."], 0.0, 1), 6, 1.0)
     assert len(greedy[0]) == 1
+
+
+@pytest.mark.slow
+def test_hf_backend_top_k(tiny_model_dir, monkeypatch):
+    """top_k reaches transformers' GenerationConfig on sampled requests (0 = off when None: transformers'
+    own default would be 50); top_k = 1 makes T = 0.8 sampling the greedy answer."""
+    backend = make_backend("hf", str(tiny_model_dir), batch_size=8, device="cpu")
+    prompts = ["Tom has 3 apples.", "Anna has 12 books and buys 5 more?"]
+    seen = []
+    generate = backend.model.generate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["generation_config"].top_k)
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(backend.model, "generate", spy)
+    greedy = backend.generate(_requests(backend.tokenizer, prompts, 0.0, 1), 8, 1.0, top_k=50)
+    free = backend.generate(_requests(backend.tokenizer, prompts, 0.8, 4), 8, 1.0)
+    top1 = backend.generate(_requests(backend.tokenizer, prompts, 0.8, 4), 8, 1.0, top_k=1)
+    assert seen == [None, 0, 1]  # greedy: no filter; None: filter off, not transformers' 50
+    assert all(c == g[0] for g, cs in zip(greedy, top1, strict=True) for c in cs)
+    assert any(c != g[0] for g, cs in zip(greedy, free, strict=True) for c in cs)
 
 
 @pytest.mark.gpu

@@ -117,6 +117,8 @@ def _write_run(root: Path, best="checkpoint-10", tokenizer_dir=None) -> Path:
         (["run=/does/not/exist"], r"run folder not found: /does/not/exist"),
         ([], r"nothing to evaluate"),
         (["model=/no/such/model"], r"model path not found"),
+        (["model=tiny", "eval.top_k=0"], r"eval.top_k must be a positive integer or null .*got 0"),
+        (["model=tiny", "eval.top_k=2.5"], r"eval.top_k must be an integer, got 2.5"),
     ],
 )
 def test_bad_input_errors(results_root, overrides, match):
@@ -233,6 +235,27 @@ def test_sweep_rerun_and_resume_give_identical_files(results_root, tmp_path, mon
     monkeypatch.setattr(ev, "AFTER_CHUNK_HOOK", None)
     ev.evaluate(_cfg(*SWEEP))
     assert _files(other) == reference
+
+
+def test_paper_eval_sets_the_authors_top_k():
+    """eval=paper (and its per-set files) sample with top-k 50 as the authors' generate did; others none."""
+    for name, top_k in (("paper", 50), ("svamp_paper", 50), ("asdiv_paper", 50), ("gsm8k", None)):
+        assert ev.top_k_of(_cfg("model=tiny", f"eval={name}")) == top_k
+
+
+@pytest.mark.slow
+def test_cells_record_top_k_and_never_mix_it(results_root):
+    """Every cell records its top-k; a cell file written under another top-k is not reused or overwritten."""
+    sweep = ["model=tiny", "eval.limit=3", "temperatures=[0.0,0.8]", "n_samples=2", "max_new_tokens=4",
+             "backend=hf"]  # fmt: skip
+    cells = ev.evaluate(_cfg(*sweep, "eval.top_k=50"))
+    assert [c["top_k"] for c in cells] == [50, 50]
+    path = results_root / "eval" / "tiny" / "baseline" / "seed0" / "gsm8k" / "T0.8.json"
+    before = path.read_bytes()
+    assert json.loads(before)["top_k"] == 50
+    with pytest.raises(ev.EvalError, match=r"exists with different settings \(top_k\)"):
+        ev.evaluate(_cfg(*sweep))
+    assert path.read_bytes() == before
 
 
 @pytest.mark.slow

@@ -41,8 +41,10 @@ class Backend(Protocol):
 
     name: str
 
-    def generate(self, requests: list[Request], max_new_tokens: int, top_p: float) -> list[list[Completion]]:
-        """``n`` completions per request, in request order."""
+    def generate(
+        self, requests: list[Request], max_new_tokens: int, top_p: float, top_k: int | None = None
+    ) -> list[list[Completion]]:
+        """``n`` completions per request, in request order; ``top_k`` None: no top-k filter."""
         ...
 
 

@@ -60,11 +60,13 @@ class HFBackend:
         self.batch_size = max(1, int(batch_size))
         # transformers fills every field a call leaves unset from model.generation_config, so a checkpoint's
         # generation_config.json (repetition_penalty, top_k, no_repeat_ngram_size, ...) would change the
-        # sampled distribution. A default config here keeps it to temperature + top_p, as vLLM samples.
+        # sampled distribution. A default config here keeps it to temperature, top_p and top_k, as vLLM samples.
         self.model.generation_config = GenerationConfig(eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
 
-    def generate(self, requests: list[Request], max_new_tokens: int, top_p: float) -> list[list[Completion]]:
-        """``n`` completions per request, in request order."""
+    def generate(
+        self, requests: list[Request], max_new_tokens: int, top_p: float, top_k: int | None = None
+    ) -> list[list[Completion]]:
+        """``n`` completions per request, in request order; ``top_k`` None: no top-k filter."""
         out: list[list[Completion] | None] = [None] * len(requests)
         indexed = list(enumerate(requests))
         for (temperature, n), group in groupby(indexed, key=lambda ir: (ir[1].temperature, ir[1].n)):
@@ -72,13 +74,21 @@ class HFBackend:
             per_batch = max(1, self.batch_size // n)
             for start in range(0, len(group), per_batch):
                 chunk = group[start : start + per_batch]
-                results = self._generate_batch([r for _, r in chunk], temperature, n, max_new_tokens, top_p)
+                results = self._generate_batch(
+                    [r for _, r in chunk], temperature, n, max_new_tokens, top_p, top_k
+                )
                 for (i, _), res in zip(chunk, results, strict=True):
                     out[i] = res
         return out  # type: ignore[return-value]
 
     def _generate_batch(
-        self, requests: list[Request], temperature: float, n: int, max_new_tokens: int, top_p: float
+        self,
+        requests: list[Request],
+        temperature: float,
+        n: int,
+        max_new_tokens: int,
+        top_p: float,
+        top_k: int | None = None,
     ) -> list[list[Completion]]:
         import torch
         from transformers import GenerationConfig
@@ -96,7 +106,9 @@ class HFBackend:
             do_sample=sample,
             temperature=temperature if sample else None,
             top_p=top_p if sample else None,
-            top_k=0 if sample else None,
+            # 0 disables transformers' top-k filter (its default would be 50); the authors' evaluation left
+            # that default in place, which eval.top_k=50 reproduces.
+            top_k=(top_k or 0) if sample else None,
             max_new_tokens=max_new_tokens,
             num_return_sequences=n,
             eos_token_id=self.stop_ids,

@@ -15,9 +15,15 @@ log = logging.getLogger(__name__)
 
 
 def build_sampling_params(
-    requests: list[Request], max_new_tokens: int, top_p: float, stop_ids: list[int], sampling_params_cls: Any
+    requests: list[Request],
+    max_new_tokens: int,
+    top_p: float,
+    stop_ids: list[int],
+    sampling_params_cls: Any,
+    top_k: int | None = None,
 ) -> list[Any]:
-    """One SamplingParams per request: its n, temperature and seed; greedy at T = 0 (n 1, top_p 1)."""
+    """One SamplingParams per request: its n, temperature and seed; greedy at T = 0 (n 1, top_p 1, no
+    top-k). ``top_k`` None: every token is a candidate (vLLM's -1)."""
     params = []
     for r in requests:
         greedy = r.temperature == 0
@@ -26,6 +32,7 @@ def build_sampling_params(
                 n=1 if greedy else r.n,
                 temperature=0.0 if greedy else float(r.temperature),
                 top_p=1.0 if greedy else float(top_p),
+                top_k=-1 if greedy or not top_k else int(top_k),
                 max_tokens=int(max_new_tokens),
                 seed=int(r.seed),
                 stop_token_ids=list(stop_ids),
@@ -75,11 +82,13 @@ class VLLMBackend:
             **cpu_kwargs,
         )
 
-    def generate(self, requests: list[Request], max_new_tokens: int, top_p: float) -> list[list[Completion]]:
+    def generate(
+        self, requests: list[Request], max_new_tokens: int, top_p: float, top_k: int | None = None
+    ) -> list[list[Completion]]:
         """``n`` completions per request, in request order (vLLM returns outputs in input order)."""
         from vllm import SamplingParams
 
-        params = build_sampling_params(requests, max_new_tokens, top_p, self.stop_ids, SamplingParams)
+        params = build_sampling_params(requests, max_new_tokens, top_p, self.stop_ids, SamplingParams, top_k)
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=True)
         return [[Completion(o.text, tuple(o.token_ids)) for o in out.outputs] for out in outputs]
