@@ -26,6 +26,15 @@ def test_paper_experiments_train_with_the_authors_reward(experiment):
     assert list(cfg.reward.funcs) == ["authors_gsm8k"]
 
 
+@pytest.mark.parametrize("experiment", [*PAPER, "alpha_ablation"])
+def test_paper_experiments_validate_as_the_authors_script(experiment):
+    """Their GRPOConfig: validation and a checkpoint every 100 steps (the paper text says 1000), and no
+    per_device_eval_batch_size, so HF's default 8."""
+    t = _compose([f"experiment={experiment}"]).trainer
+    assert (t.per_device_eval_batch_size, t.num_generations_eval) == (8, None)
+    assert (t.eval_steps, t.save_steps) == ((50, 50) if experiment == "alpha_ablation" else (100, 100))
+
+
 @pytest.mark.parametrize("experiment", ["mini", "mini_smoke"])
 def test_the_cpu_mini_keeps_our_corrected_reward(experiment):
     assert "authors_gsm8k" not in list(_compose([f"experiment={experiment}"]).reward.funcs)
