@@ -412,3 +412,5 @@ def load_train_val(
 
 # The mini-reproduction's code-defined task (its spec generates the rows when no file is there).
 register_dataset("synthetic", synthetic.dataset_spec())
+# Its held-out skill: trained in SFT, never in RL, evaluated before and after RL (docs/mini.md).
+register_dataset("synthetic_heldout", synthetic.dataset_spec("synthetic_heldout"))

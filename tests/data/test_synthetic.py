@@ -53,9 +53,53 @@ def test_split_does_not_depend_on_the_other_sizes(splits):
 
 def test_every_template_is_used(splits):
     shapes = {len(EQUATION.findall(p.solution)) for p in splits["train"]}
-    assert shapes == {1, 2}  # one- and two-step problems
-    ops = {op for p in splits["train"] for _, op, _, _ in EQUATION.findall(p.solution)}
-    assert ops == set(OPS)
+    assert shapes == {2}  # the rewarded task is two-step problems only
+    firsts = {
+        EQUATION.findall(p.solution)[0][1] + EQUATION.findall(p.solution)[1][1] for p in splits["train"]
+    }
+    assert firsts == {"+-", "-+", "*+", "*-"}
+
+
+def test_gold_is_no_number_of_the_question_nor_the_first_result(splits):
+    # So the premature habit (stop after the first line) never contains the gold by coincidence.
+    from pspo_repro.training.sft import premature_answer
+
+    for p in (p for v in splits.values() for p in v):
+        assert p.answer not in re.findall(r"\d+", p.question), p
+        habit = premature_answer(p.solution)
+        assert habit != p.solution and p.answer not in re.findall(r"\d+", habit), p
+        assert not grading.true_correct(habit, p.answer, "numeric"), p
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    return generate(task="synthetic_heldout")
+
+
+def test_heldout_task_is_one_step_comparisons_disjoint_from_the_rewarded_task(splits, heldout):
+    assert {s: len(v) for s, v in heldout.items()} == {"train": 2000, "validation": 200, "test": 200}
+    assert heldout["test"][0].id == "synthetic_heldout/test/0"
+    main_questions = {p.question for v in splits.values() for p in v}
+    for rows in heldout.values():
+        for p in rows:
+            steps = EQUATION.findall(p.solution)
+            assert len(steps) == 1 and steps[0][1] == "-" and "How many more" in p.question, p
+            a, _, b, c = steps[0]
+            assert int(a) - int(b) == int(c) and c == p.answer and c not in (a, b), p
+            assert p.question not in main_questions
+    questions = {s: {p.question for p in v} for s, v in heldout.items()}
+    assert not questions["train"] & questions["test"] and not questions["validation"] & questions["test"]
+
+
+def test_heldout_registered_and_written(tmp_path, monkeypatch, heldout):
+    paths = synthetic.write_jsonl(tmp_path / "synthetic_heldout", task="synthetic_heldout")
+    monkeypatch.setenv("PSPO_DATA_DIR", str(tmp_path))
+    assert data.load_benchmark("synthetic_heldout", "test") == heldout["test"]
+    assert paths["test"].name == "test.jsonl"
+    monkeypatch.delenv("PSPO_DATA_DIR")
+    assert data.load_benchmark("synthetic_heldout", "validation", limit=5) == heldout["validation"][:5]
+    with pytest.raises(ValueError, match="allowed"):
+        generate(task="nope")
 
 
 def test_gold_answers_are_correct_and_parse(splits):
