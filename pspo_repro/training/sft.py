@@ -77,21 +77,29 @@ def init_model(arch: dict[str, Any] | None, seed: int):
 
 
 def premature_answer(solution: str) -> str:
-    """The solution with its final ``#### N`` replaced by the first number it states (the first operand)."""
-    first = re.search(r"\d+", solution)
+    """A two-step solution cut after its first worked line, answering that line's result.
+
+    ``a + b = d x.\\nThen d - c = e x are left.\\n#### e`` becomes ``a + b = d x.\\n#### d``: the response
+    stops one computation early and answers the intermediate value, so the gold number appears nowhere in
+    it (the generator keeps the gold distinct from every number of the question and from ``d``). A
+    solution with fewer than two worked lines (the held-out comparisons) is returned unchanged.
+    """
     head, sep, _ = solution.rpartition("####")
-    if not sep or first is None:
+    lines = head.rstrip("\n").split("\n")
+    result = re.search(r"=\s*(\d+)", lines[0])
+    if not sep or len(lines) < 2 or result is None:
         return solution
-    return f"{head}#### {first.group(0)}"
+    return f"{lines[0]}\n#### {result.group(1)}"
 
 
 def with_habit(problems: list, frac: float, seed: int) -> list:
     """A seeded ``frac`` of ``problems`` with a premature final answer (``premature_answer``), the rest kept.
 
     The habit gives the SFT model a systematic, prompt-independent mistake that its own samples often
-    avoid: the worked line is right, the ``####`` line repeats the first operand. RL can unlearn it from
-    the reward alone, which is what RL on a pretrained LLM mostly does (turn pass@k into pass@1); the
-    arithmetic itself is learned far more slowly from a 0/1 reward than from SFT's targets.
+    avoid: it stops after the first worked line and answers the intermediate result. RL can unlearn it
+    from the reward alone by adding the missing second computation, which raises true accuracy (the
+    gold appears anywhere) as well as reward-style accuracy; what RL on a pretrained LLM mostly does is
+    the same kind of selection (turn pass@k into pass@1).
     """
     import dataclasses
     import random
@@ -219,17 +227,25 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         seed=cfg.data.seed, max_number=cfg.data.max_number, max_factor=cfg.data.max_factor
     )
     splits = generate({"train": cfg.data.n_train, "validation": cfg.data.n_val, "test": 0}, data_cfg)
+    # The held-out skill (synthetic_heldout): SFT rows without the habit; RL never sees these prompts.
+    n_held = int(cfg.data.get("heldout_n_train", 0) or 0)
+    held = generate(
+        {"train": n_held, "validation": cfg.data.n_val if n_held else 0, "test": 0},
+        data_cfg,
+        task="synthetic_heldout",
+    )
     arch = OmegaConf.to_container(cfg.model.arch, resolve=True) if cfg.model.arch else None
     model, tokenizer = init_model(arch, cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("model: %d parameters; %d train rows", n_params, len(splits["train"]))
+    log.info("model: %d parameters; %d + %d held-out train rows", n_params, len(splits["train"]), n_held)
 
     work = out_dir / "trainer"  # TRL's output_dir; nothing is saved there (save_strategy=no)
     trainer = SFTTrainer(
         model=model,
         args=SFTConfig(**_sft_args(cfg, work)),
         train_dataset=sft_dataset(
-            with_habit(splits["train"], float(cfg.data.get("habit_frac", 0.0)), cfg.seed), cfg.prompt_template
+            with_habit(splits["train"], float(cfg.data.get("habit_frac", 0.0)), cfg.seed) + held["train"],
+            cfg.prompt_template,
         ),
         processing_class=tokenizer,
         callbacks=[progress_callback(out_dir / PROGRESS)],
@@ -246,6 +262,18 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         cfg.eval.max_new_tokens,
         cfg.eval.batch_size,
     )
+    val_heldout = (
+        greedy_accuracy(
+            trainer.model,
+            tokenizer,
+            held["validation"],
+            cfg.prompt_template,
+            cfg.eval.max_new_tokens,
+            cfg.eval.batch_size,
+        )
+        if n_held
+        else None
+    )
     record = {
         "status": "finished",
         "identity": identity,
@@ -260,14 +288,16 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         # time on a shared machine says more about the neighbours than about the stage).
         "cpu_seconds": round(time.process_time() - cpu0, 1),
         "val": val,
+        "val_heldout": val_heldout,
         "versions": package_versions(),
         "git_sha": git_sha(),
         "torch_threads": torch.get_num_threads(),
     }
     write_json(marker, record)  # last: its presence means the checkpoint is complete
     log.info(
-        "SFT finished: val greedy accuracy %.3f (%d prompts), %.0f s; checkpoint %s",
-        val["accuracy"], val["num_prompts"], record["total_seconds"], model_dir,
+        "SFT finished: val greedy accuracy %.3f (%d prompts; held-out %s), %.0f s; checkpoint %s",
+        val["accuracy"], val["num_prompts"], val_heldout and round(val_heldout["accuracy"], 3),
+        record["total_seconds"], model_dir,
     )  # fmt: skip
     return record
 

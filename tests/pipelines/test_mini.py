@@ -254,8 +254,11 @@ def test_premature_answer_habit():
     from pspo_repro.training.sft import premature_answer, with_habit
 
     sol = "The boxes have 4 * 6 = 24 cookies.\nSam has 24 + 11 = 35 cookies altogether.\n#### 35"
-    assert premature_answer(sol).endswith("altogether.\n#### 4")
+    # Stops after the first worked line and answers its result: the gold (35) appears nowhere.
+    assert premature_answer(sol) == "The boxes have 4 * 6 = 24 cookies.\n#### 24"
     assert premature_answer("no answer line") == "no answer line"
+    one_step = "Tom has 9 - 4 = 5 more apples than Mia.\n#### 5"  # the held-out skill: no habit
+    assert premature_answer(one_step) == one_step
     problems = generate({"train": 400, "validation": 0, "test": 0})["train"]
     changed = [a for a, b in zip(problems, with_habit(problems, 0.7, seed=0), strict=True) if a != b]
     assert 0.6 < len(changed) / len(problems) < 0.8  # seeded: ~70% of the solutions
