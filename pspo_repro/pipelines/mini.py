@@ -184,12 +184,24 @@ def stage_data(cfg: DictConfig, root: Path) -> dict[str, Any]:
     """Write the synthetic splits as GSM8K-layout jsonl under ``work/data/synthetic``; return their hashes."""
     from pspo_repro.data.synthetic import SyntheticConfig, write_jsonl
 
-    sizes = {k: int(v) for k, v in cfg.data.sizes.items()}
-    paths = write_jsonl(root / "work" / "data" / "synthetic", sizes, SyntheticConfig(seed=int(cfg.data.seed)))
-    return {
-        split: {"rows": sizes[split], "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-        for split, p in paths.items()
-    }
+    out: dict[str, Any] = {}
+    tasks = {"synthetic": cfg.data.sizes, "synthetic_heldout": cfg.data.get("heldout_sizes")}
+    for task, task_sizes in tasks.items():
+        if not task_sizes:
+            continue
+        sizes = {k: int(v) for k, v in task_sizes.items()}
+        paths = write_jsonl(
+            root / "work" / "data" / task, sizes, SyntheticConfig(seed=int(cfg.data.seed)), task
+        )
+        record = {
+            split: {"rows": sizes[split], "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+            for split, p in paths.items()
+        }
+        if task == "synthetic":
+            out.update(record)  # the rewarded task's splits at the top level, as before
+        else:
+            out[task] = record
+    return out
 
 
 def sft_cmd(cfg: DictConfig, root: Path) -> list[str]:
@@ -201,6 +213,7 @@ def sft_cmd(cfg: DictConfig, root: Path) -> list[str]:
         f"data.seed={int(cfg.data.seed)}",
         f"data.n_train={int(cfg.data.sizes.train)}",
         f"data.n_val={int(cfg.data.sizes.validation)}",
+        f"data.heldout_n_train={int((cfg.data.get('heldout_sizes') or {}).get('train', 0))}",
         f"prompt_template={cfg.prompt_template}",
         *map(str, cfg.sft.overrides),
     ]  # fmt: skip
@@ -328,6 +341,25 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
         cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *common, *added]
         jobs.append(Job("eval-baseline", cmd, float(1 + _n_samples([*common, *added]))))
         n += 1
+    # The held-out skill (eval.heldout: its own overrides over the common ones, e.g. eval=synthetic_heldout
+    # temperatures=[0.0]): every evaluated model, the baseline included, in one job per part.
+    heldout = [str(o) for o in (cfg.eval.get("heldout") or [])]
+    if heldout:
+        keys = {o.split("=", 1)[0] for o in heldout}
+        held_common = [o for o in common if o.split("=", 1)[0] not in keys] + heldout
+        folders = [r for _, _, r in runs]
+        for i in range(parts):
+            chunk = folders[i::parts]
+            targets = ["run=" + ",".join(_hydra_quote(r) for r in chunk)] if chunk else []
+            if i == parts - 1 and cfg.eval.baseline:  # the baseline in the last part (a separate call)
+                cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *held_common]
+                jobs.append(Job("eval-heldout-baseline", cmd, 0.5))
+            if targets:
+                cmd = [
+                    sys.executable, "-m", "pspo_repro.evaluate", "-m", *targets,
+                    f"hydra.sweep.dir={root / 'work' / 'hydra' / f'eval-heldout-{i}'}", *held_common,
+                ]  # fmt: skip
+                jobs.append(Job(f"eval-heldout-{i}", cmd, float(len(chunk)) * 0.5))
     return jobs, n
 
 
@@ -428,9 +460,15 @@ def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
     jobs, n_models = eval_jobs(cfg, root)
     for j in jobs:
         j.log = root / "work" / "logs" / f"{j.name}.log"
-    temps = next((o for o in map(str, cfg.eval.overrides) if o.startswith("temperatures=")), None)
-    n_t = len(temps.split("=", 1)[1].strip("[]").split(",")) if temps else 5  # evaluate.yaml: 5
-    with _bar(n_models * n_t, "eval cells", "cell") as bar:
+
+    def n_temps(overrides: list[str]) -> int:
+        temps = next((o for o in reversed(overrides) if o.startswith("temperatures=")), None)
+        return len(temps.split("=", 1)[1].strip("[]").split(",")) if temps else 5  # evaluate.yaml: 5
+
+    overrides = [str(o) for o in cfg.eval.overrides]
+    heldout = [str(o) for o in (cfg.eval.get("heldout") or [])]
+    n_cells = n_models * (n_temps(overrides) + (n_temps(overrides + heldout) if heldout else 0))
+    with _bar(n_cells, "eval cells", "cell") as bar:
         run_jobs(
             jobs, int(cfg.parallel), child_env(cfg, root, int(cfg.threads)), bar, lambda: count_cells(root)
         )

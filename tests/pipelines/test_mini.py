@@ -16,6 +16,7 @@ from pspo_repro.pipelines import mini, mini_committed
 # 8 test problems at T = 0 and 0.8.
 SMOKE = [
     "data.sizes={train: 32, validation: 8, test: 8}",
+    "data.heldout_sizes={train: 16, validation: 8, test: 8}",
     "sft.threads=1",
     "sft.overrides=['train.max_steps=4','train.batch_size=8','eval.max_new_tokens=8']",
     "rl.experiment=mini_smoke",
@@ -73,7 +74,7 @@ def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
     jobs, n = mini.eval_jobs(cfg, tmp_path)
     assert n == 7 * 3 + 2 * 2 + 1
     samples = {}
-    for job in jobs:
+    for job in (j for j in jobs if not j.name.startswith("eval-heldout")):
         k = [a for a in job.cmd if a.startswith("n_samples=")][-1]
         runs = next((a for a in job.cmd if a.startswith("run=")), "run=baseline")
         for part in runs[4:].split(","):
@@ -87,6 +88,14 @@ def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
     costs = {j.name: j.cost for j in jobs}
     # Cost: 1 greedy + n samples per model; clip and pspo's 6 runs in 2 jobs.
     assert costs["eval-baseline"] == 17 and costs["eval-0"] == 3 * 17
+    # The held-out skill: every evaluated model and the baseline, greedy only, on synthetic_heldout.
+    held = [j for j in jobs if j.name.startswith("eval-heldout")]
+    assert sorted(j.name for j in held) == ["eval-heldout-0", "eval-heldout-1", "eval-heldout-baseline"]
+    for job in held:
+        assert "eval=synthetic_heldout" in job.cmd and "temperatures=[0.0]" in job.cmd
+        assert "eval=synthetic" not in job.cmd and "temperatures=[0.0,0.8]" not in job.cmd
+    held_runs = sum(a.count(",") + 1 for j in held for a in j.cmd if a.startswith("run="))
+    assert held_runs == n - 1
     bad = _compose([f"root={tmp_path}", "+eval.method_overrides.grpo=['n_samples=2']"])
     with pytest.raises(mini.StageError, match="grpo"):
         mini.eval_jobs(bad, tmp_path)
@@ -113,11 +122,15 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
         # The RL runs start from the SFT checkpoint (its own config), not the tiny model.
         assert info["config"]["model"]["path"] == str(root / "work" / "sft" / "model")
     cells = sorted(p.relative_to(root / "eval").as_posix() for p in (root / "eval").glob("**/T*.json"))
-    assert cells == [
-        f"mini_sft/{m}/seed0/synthetic/T{t}.json"
-        for m in ("baseline", "clip", "pspo")
-        for t in ("0.0", "0.8")
-    ]
+    assert cells == sorted(
+        [
+            f"mini_sft/{m}/seed0/synthetic/T{t}.json"
+            for m in ("baseline", "clip", "pspo")
+            for t in ("0.0", "0.8")
+        ]
+        + [f"mini_sft/{m}/seed0/synthetic_heldout/T0.0.json" for m in ("baseline", "clip", "pspo")]
+    )
+    assert (root / "work" / "data" / "synthetic_heldout" / "test.jsonl").read_text().count("\n") == 8
     cell = json.loads((root / "eval" / "mini_sft" / "pspo" / "seed0" / "synthetic" / "T0.8.json").read_text())
     assert cell["num_prompts"] == 8 and cell["n_samples"] == 2 and cell["split"] == "test"
     for name in (
@@ -153,11 +166,11 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     assert (root / "work" / "committed" / "runs").is_dir() and (root / "work" / "sft" / "model").is_dir()
     vs = timings["vs_committed"]["bitwise"]
     assert vs["different"] == [] and vs["missing"] == [], vs
-    assert vs["identical"] == {"tables": 5, "runs": 3, "cells": 6}, vs
+    assert vs["identical"] == {"tables": 5, "runs": 3, "cells": 9}, vs
     agreement = timings["vs_committed"]["agreement"]
-    assert agreement["groups"] == 3 * 2 * 2 and agreement["disagree"] == [], (
+    assert agreement["groups"] == 3 * (2 + 1) * 2 and agreement["disagree"] == [], (
         agreement
-    )  # 3 models x 2 T x 2 metrics
+    )  # 3 models x (2 T + the held-out skill's T = 0) x 2 metrics
     text = mini.summary(root, timings)
     assert "bitwise identical to the committed copy" in text and "agrees with the committed copy" in text
 
