@@ -22,7 +22,8 @@ def _compose(overrides: list[str]):
 def test_config_composes_with_defaults(results_root):
     cfg = _compose([])
     assert cfg.prompt_template == "none" and cfg.model.arch.hidden_size == 128
-    assert cfg.data.habit_frac == 0.7  # the premature-answer habit (sft.with_habit)
+    assert cfg.data.habit_frac == 0.7  # the stop-early habit (sft.with_habit)
+    assert cfg.data.heldout_n_train == 500  # the held-out skill's SFT rows (synthetic_heldout)
     assert cfg.data.n_train == 2000 and cfg.data.n_val == 200
     assert sft.default_out_dir() == results_root / "mini" / "work" / "sft"
 
@@ -57,6 +58,7 @@ def test_reduced_sft_end_to_end(results_root, tiny_model_dir):
     overrides = [
         "data.n_train=48",
         "data.n_val=6",
+        "data.heldout_n_train=16",
         "train.max_steps=4",
         "train.batch_size=8",
         "train.logging_steps=2",
@@ -69,6 +71,7 @@ def test_reduced_sft_end_to_end(results_root, tiny_model_dir):
     assert record["status"] == "finished" and json.loads(marker.read_text())["status"] == "finished"
     assert record["train_steps"] == 4 and 0.0 <= record["val"]["accuracy"] <= 1.0
     assert record["val"]["num_prompts"] == 6
+    assert record["val_heldout"]["num_prompts"] == 6  # the held-out skill's validation rows
     model_dir = Path(record["checkpoint"])
     assert model_dir == out / "model" and (model_dir / "model.safetensors").is_file()
     assert not (out / "trainer").exists()
