@@ -1,7 +1,9 @@
 """Synthetic GSM8K-style word problems for the CPU mini-reproduction.
 
-One- and two-step arithmetic over small numbers, written with the words the tiny model's tokenizer was
-trained on (``tiny_model._WORDS``), so a worked solution is 14-40 tokens. Rows have GSM8K's layout:
+Two tasks over small numbers, written with the words the tiny model's tokenizer was trained on
+(``tiny_model._WORDS``): ``synthetic``, the rewarded task, two-step problems whose worked solution is
+29-36 tokens; ``synthetic_heldout``, a held-out skill ("how many more ... than ..." comparisons, one
+step, 19-22 tokens) that the SFT base learns and RL never trains on. Rows have GSM8K's layout:
 ``question`` (the user message) and ``answer`` (worked solution lines, then ``#### N``).
 
 Splits are fixed and disjoint by construction. One seeded stream of distinct questions is drawn; each
