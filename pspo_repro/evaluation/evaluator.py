@@ -417,6 +417,11 @@ def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
         **metrics.sample_lists(s),
         "timeouts": sum(x.get("timed_out", 0) for x in s),
     }
+    # The gold string the authors' reward read: tables drop the rows whose gold their extractor cannot
+    # parse from the paper-comparable columns, as their maths_plots.py does.
+    gold = record.get("authors_gold") or record.get("gold")
+    if gold is not None:
+        row["authors_gold"] = gold
     errors = sorted({x["grading_error"] for x in s if x.get("grading_error")})
     if errors:
         row["grading_error"] = errors[0]
