@@ -338,9 +338,9 @@ def _wrap_eval(figures: dict[str, Any]) -> None:
         figures["engine_start_s"] = round(time.perf_counter() - t0, 3)
         generate = backend.generate
 
-        def timed_generate(requests, max_new_tokens, top_p):
+        def timed_generate(requests, max_new_tokens, top_p, top_k=None):
             t1 = time.perf_counter()
-            out = generate(requests, max_new_tokens, top_p)
+            out = generate(requests, max_new_tokens, top_p, top_k=top_k)
             figures.setdefault("generate_calls", []).append(
                 {
                     "requests": len(requests),
