@@ -78,7 +78,9 @@ def main() -> None:
     # The items behind the tail, so an overshoot of the bound can be traced to its input.
     for i in np.argsort(t)[::-1][: args.slowest]:
         k, which, gold, hit = labels[i]
-        print(f"  slow: {t[i]:.3f} s  problem {k} ({which} response, gold {gold[:60]!r}, hit the bound: {hit})")
+        print(
+            f"  slow: {t[i]:.3f} s  problem {k} ({which} response, gold {gold[:60]!r}, hit the bound: {hit})"
+        )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ memory only; accuracy is meaningless on random weights):
 
 0. ``precision`` (after ``build``): training's parameter dtype and autocast dtype, and the share of the
    weights with a gradient that a few real GRPO steps at lr 1e-6 change (fp32 master weights: ~100%;
-   bf16 weights would move ~2%), via ``python -m pspo_repro.precision``; printed as one line.
+   bf16 weights would move ~2%), via ``python -m pspo_repro.precision``; printed as one line. It also
+   reports the largest |r - 1| on first passes over fresh rollouts (0 unless the recomputed log-probs
+   differ from the stored ones). The leg fails on non-fp32 parameters or a non-finite deviation.
 1. ``build``: the model folder: ``conf/model/qwen2p5_0p5b.yaml``'s ``arch`` with random weights (bf16),
    the tiny tokenizer padded to the model's vocabulary (filler tokens, so that every id the model can
    emit decodes; the tiny tokenizer's own ids are unchanged).
@@ -31,6 +33,7 @@ import argparse
 import gzip
 import importlib.metadata as md
 import json
+import math
 import os
 import signal
 import subprocess
@@ -335,9 +338,9 @@ def _wrap_eval(figures: dict[str, Any]) -> None:
         figures["engine_start_s"] = round(time.perf_counter() - t0, 3)
         generate = backend.generate
 
-        def timed_generate(requests, max_new_tokens, top_p):
+        def timed_generate(requests, max_new_tokens, top_p, top_k=None):
             t1 = time.perf_counter()
-            out = generate(requests, max_new_tokens, top_p)
+            out = generate(requests, max_new_tokens, top_p, top_k=top_k)
             figures.setdefault("generate_calls", []).append(
                 {
                     "requests": len(requests),
@@ -591,6 +594,64 @@ def grpo_figures(leg: dict[str, Any]) -> None:
     }
 
 
+def precision_overrides(args: argparse.Namespace, model_dir: Path) -> list[str]:
+    """The precision leg's overrides: a few steps of the default method (pspo) without vLLM."""
+    return [
+        f"model={args.model_preset}", f"model.path={model_dir}", "model.random_init=false",
+        f"trainer.max_steps={args.precision_steps}", "trainer.use_vllm=false",
+        # old log-probs stored at generation (the default method's value, pinned): the first-pass deviation
+        # is measured rather than 1 by construction
+        "method.num_iterations=2",
+        # On CPU (the dry run) autocast is opt-in; on CUDA trainer.bf16=auto turns it on.
+        *(["trainer.bf16=true"] if args.dry_run else []),
+    ]  # fmt: skip
+
+
+def precision_problem(fig: dict[str, Any]) -> str | None:
+    """Why the precision figures fail the check (one line), or None.
+
+    Fails: parameters that are not float32 before or after training (the authors trained fp32 master
+    weights under bf16 autocast; bf16 weights round most updates at lr 1e-6 away: docs/reproduction.md
+    item 1), and a first-pass max |r - 1| that is non-finite or missing. A finite deviation is reported,
+    not judged: what it costs depends on the method (under clip eps 0.2 a deviation of 1e-3 clips nothing;
+    under the as-run clip eps = 0 any deviation zeroes the gradient of about half the tokens), and its
+    size on a GPU is what this check is there to measure.
+    """
+    for key, when in (("param_dtype", ""), ("param_dtype_after", " after training")):
+        if fig.get(key) != "float32":
+            return f"training parameters are {fig.get(key)}{when}, not float32 (fp32 master weights expected)"
+    dev = fig.get("first_pass_max_abs_ratio_dev")
+    if dev is None:
+        return "first-pass max |r - 1| was not measured (no old log-probs stored on a first pass)"
+    if not isinstance(dev, int | float) or not math.isfinite(dev):
+        return f"first-pass max |r - 1| is {dev}: recomputed log-probs are not finite"
+    return None
+
+
+def finish_precision_leg(leg: dict[str, Any]) -> str:
+    """Judge a finished precision leg (an ok leg whose figures fail becomes ``failed`` with a ``reason``);
+    returns the line to print."""
+    fig = leg.get("figures") or {}
+    if leg.get("status") != "ok":
+        return f"[gpu_check] FAIL precision: {leg.get('status')} (rc {leg.get('rc')}, log {leg.get('log')})"
+    problem = precision_problem(fig)
+    if problem is not None:
+        leg["status"], leg["reason"] = "failed", problem
+        return f"[gpu_check] FAIL precision: {problem}"
+    return (
+        f"[gpu_check] precision: ok, parameters {fig.get('param_dtype')}, autocast "
+        f"{fig.get('autocast_dtype')}, {fig.get('steps')} steps at lr {fig.get('learning_rate')}: "
+        f"{fig.get('changed_after_first_step')} / {fig.get('changed_after_last_step')} of the weights with "
+        f"a gradient changed after the first / last step; first-pass max |r - 1| "
+        f"{fig.get('first_pass_max_abs_ratio_dev'):.3g}"
+    )
+
+
+def overall_rc(legs: dict[str, dict[str, Any]]) -> int:
+    """0 when every leg is ok or skipped, else 1."""
+    return 0 if all(leg.get("status") in ("ok", "skipped") for leg in legs.values()) else 1
+
+
 def vllm_importable(env: dict[str, str]) -> tuple[bool, str]:
     res = subprocess.run(
         [sys.executable, "-c", "import vllm, sys; sys.stdout.write(vllm.__version__)"],
@@ -658,24 +719,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1b. Training precision: fp32 master weights under bf16 autocast, and do the weights move?
     if "precision" in args.legs:
-        overrides = [
-            f"model={args.model_preset}", f"model.path={model_dir}", "model.random_init=false",
-            f"trainer.max_steps={args.precision_steps}", "trainer.use_vllm=false",
-            # On CPU (the dry run) autocast is opt-in; on CUDA trainer.bf16=auto turns it on.
-            *(["trainer.bf16=true"] if args.dry_run else []),
-        ]  # fmt: skip
-        cmd = [sys.executable, "-m", "pspo_repro.precision", str(work / "precision.figures.json"), *overrides]
+        cmd = [sys.executable, "-m", "pspo_repro.precision", str(work / "precision.figures.json"),
+               *precision_overrides(args, model_dir)]  # fmt: skip
         leg = run_leg("precision", cmd, leg_env(work, "precision", args.dry_run), min(240.0, deadline.left()),
                       work, monitor)  # fmt: skip
         report["legs"]["precision"] = leg
-        fig = leg.get("figures") or {}
-        print(
-            f"[gpu_check] precision: {leg['status']}, parameters {fig.get('param_dtype')}, autocast "
-            f"{fig.get('autocast_dtype')}, {fig.get('steps')} steps at lr {fig.get('learning_rate')}: "
-            f"{fig.get('changed_after_first_step')} / {fig.get('changed_after_last_step')} of the weights with "
-            f"a gradient changed after the first / last step",
-            file=sys.stderr,
-        )
+        print(finish_precision_leg(leg), file=sys.stderr)
         save()
 
     # 2. Evaluation with both backends.
@@ -741,8 +790,7 @@ def main(argv: list[str] | None = None) -> int:
     report["finished"] = True
     save()
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}, indent=1, default=str)[:6000])
-    statuses = [leg.get("status") for leg in report["legs"].values()]
-    return 0 if all(s in ("ok", "skipped") for s in statuses) else 1
+    return overall_rc(report["legs"])
 
 
 if __name__ == "__main__":

@@ -112,6 +112,61 @@ def test_figures_summaries():
     assert s["steps"] == 3 and s["mean_step_s_after_first"] == 2.0 and s["generation_share"] == 0.25
 
 
+def _precision_leg(**figures):
+    base = {"param_dtype": "float32", "param_dtype_after": "float32", "autocast_dtype": "bfloat16",
+            "steps": 3, "learning_rate": 1e-6, "changed_after_first_step": 0.99, "changed_after_last_step": 1.0,
+            "first_pass_max_abs_ratio_dev": 0.0}  # fmt: skip
+    return {"status": "ok", "rc": 0, "log": "precision.log", "figures": {**base, **figures}}
+
+
+def test_precision_leg_passes_fp32_master_weights_and_reports_the_ratio_deviation():
+    leg = _precision_leg(first_pass_max_abs_ratio_dev=3.5e-3)  # finite, even large: reported, not judged
+    line = gc.finish_precision_leg(leg)
+    assert leg["status"] == "ok" and "reason" not in leg
+    assert line.startswith("[gpu_check] precision: ok, parameters float32, autocast bfloat16")
+    assert "first-pass max |r - 1| 0.0035" in line
+
+
+@pytest.mark.parametrize(
+    ("figures", "fragment"),
+    [
+        ({"param_dtype": "bfloat16"}, "training parameters are bfloat16, not float32"),
+        ({"param_dtype_after": "bfloat16"}, "training parameters are bfloat16 after training, not float32"),
+        (
+            {"param_dtype": ["bfloat16", "float32"]},
+            "training parameters are ['bfloat16', 'float32'], not float32",
+        ),
+        ({"first_pass_max_abs_ratio_dev": "nan"}, "first-pass max |r - 1| is nan"),
+        ({"first_pass_max_abs_ratio_dev": "inf"}, "first-pass max |r - 1| is inf"),
+        ({"first_pass_max_abs_ratio_dev": None}, "first-pass max |r - 1| was not measured"),
+    ],
+)
+def test_precision_leg_fails_in_one_line(figures, fragment, capsys):
+    leg = _precision_leg(**figures)
+    line = gc.finish_precision_leg(leg)
+    assert leg["status"] == "failed" and fragment in leg["reason"] and "\n" not in leg["reason"]
+    assert line.startswith("[gpu_check] FAIL precision: ") and fragment in line
+    assert gc.overall_rc({"precision": leg, "eval_hf": {"status": "ok"}}) == 1
+
+
+def test_precision_leg_that_did_not_run_keeps_its_status():
+    leg = {"status": "timeout", "rc": -15, "log": "precision.log"}
+    line = gc.finish_precision_leg(leg)
+    assert leg["status"] == "timeout" and line.startswith("[gpu_check] FAIL precision: timeout")
+    assert gc.overall_rc({"precision": {"status": "ok"}, "eval_vllm": {"status": "skipped"}}) == 0
+
+
+def test_precision_leg_forces_stored_old_logprobs():
+    """The leg's overrides keep num_iterations 2, so the first-pass deviation is measured (not r == 1 by fiat)."""
+    from pspo_repro.common import cli
+
+    for dry in (False, True):
+        a = gc.parse_args(["--dry-run"] if dry else [])
+        cfg = cli.compose_config(ROOT / "conf", "train", gc.precision_overrides(a, ROOT))
+        assert cfg.method.num_iterations == 2 and cfg.trainer.max_steps == a.precision_steps
+        assert cfg.trainer.use_vllm is False and cfg.trainer.get("bf16") == (True if dry else "auto")
+
+
 def test_real_architecture_is_qwen2p5_0p5b():
     arch = gc.model_arch("qwen2p5_0p5b", dry_run=False)
     assert {k: arch[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads")} == {
@@ -149,6 +204,7 @@ def test_dry_run_end_to_end(tmp_path, data_dir):
     )
     assert fig["learning_rate"] == 1e-6 and fig["steps"] == 1 and fig["changed_after_first_step"] >= 0.9
     assert "[gpu_check] precision: ok, parameters float32, autocast bfloat16" in res.stderr
+    assert fig["first_pass_max_abs_ratio_dev"] == 0.0  # CPU: recomputed log-probs equal the stored ones
     hf = report["legs"]["eval_hf"]
     assert hf["status"] == "ok" and hf["throughput"]["sequences"] == 2 + 2 * 2
     assert hf["figures"]["engine_start_s"] >= 0

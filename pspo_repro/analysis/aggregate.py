@@ -23,6 +23,7 @@ from pspo_repro.analysis.results_io import (
     ResultsError,
     eval_files,
     eval_long,
+    is_proportion,
     load_eval_cells,
     load_runs,
     run_dirs,
@@ -40,6 +41,7 @@ from pspo_repro.analysis.tables import (
     to_frame,
     to_latex,
     to_markdown,
+    wilson_refusal,
 )
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
@@ -89,6 +91,10 @@ def validate(cfg: DictConfig) -> None:
     for pair in pairs:
         if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
             raise ConfigError(f"paired.pairs takes [method_a, method_b] pairs of two methods, got {pair!r}")
+    if cfg.ci == "wilson_pooled":  # before reading anything: a table of mean lengths has no Wilson interval
+        for metric in table_metrics(cfg):
+            if not is_proportion(metric):
+                raise ConfigError(wilson_refusal(metric))
     from pspo_repro.analysis.plots import CURVE_X
 
     if cfg.curves.x not in CURVE_X:

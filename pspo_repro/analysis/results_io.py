@@ -8,6 +8,7 @@ result that is malformed, duplicated or inconsistent with its neighbours raises
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 # Identity of one evaluation cell file; two files with the same identity are an error.
@@ -22,9 +24,17 @@ CELL_KEYS = ("model", "method", "seed", "tag", "dataset", "temperature")
 # A table cell pools seeds, so it is identified by the cell keys minus the seed.
 GROUP_KEYS = ("model", "method", "tag", "dataset", "temperature")
 # Settings that must agree within one table cell (otherwise the seeds measure different things).
-MATCH_SETTINGS = ("max_new_tokens", "n_samples", "top_p", "prompt_template", "rows_sha256", "num_prompts")
-# Metrics whose per-prompt counts exist, so a pooled Wilson interval can be computed.
+# A cell written before eval.top_k existed has no ``top_k``: it sampled with no top-k filter (None).
+MATCH_SETTINGS = (
+    "max_new_tokens", "n_samples", "top_p", "top_k", "prompt_template", "rows_sha256", "num_prompts"
+)  # fmt: skip
+OPTIONAL_SETTINGS = {"top_k": None}
+# Metrics whose per-prompt counts exist (correct samples out of samples: the long table's correct/total).
 COUNT_METRICS = {"true_acc": "true_correct", "reward_acc": "reward_correct", "authors_acc": "authors_correct"}
+# Proportions: per prompt a 0/1 or a share of its samples (accuracy, pass@k, majority votes, top-1,
+# best-of-n), so a table value is a success rate and ci=wilson_pooled applies; the tables recompute
+# them from the per-prompt rows. Not: mean_length, agreement, unique_answers, reward_corr, counts.
+PROPORTION_RE = re.compile(r"(?:reward|true|authors)_(?:acc|maj|top1|best_of_n|pass@\d+)|maj@\d+")
 RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
 
 
@@ -105,6 +115,9 @@ def cell_problem(cell: dict[str, Any]) -> str | None:
             return f"{key} must be a positive integer, got {cell[key]!r}"
     if not _is_num(cell["top_p"]) or not 0 < cell["top_p"] <= 1:
         return f"top_p must be in (0, 1], got {cell['top_p']!r}"
+    top_k = cell.get("top_k")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        return f"top_k must be a positive integer or null, got {top_k!r}"
     metrics = cell["metrics"]
     if not isinstance(metrics, dict):
         return f"metrics must be an object, got {type(metrics).__name__}"
@@ -162,7 +175,8 @@ def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFra
     for path in eval_files(root):
         cell = _read_json(path)
         missing = [k for k in (*CELL_KEYS, *MATCH_SETTINGS, "metrics") if k not in cell]
-        missing = [k for k in missing if k != "tag"]  # an absent tag means default hyperparameters
+        # an absent tag means default hyperparameters; an absent optional setting, its default
+        missing = [k for k in missing if k != "tag" and k not in OPTIONAL_SETTINGS]
         if missing:
             raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}")
         if cell.get("schema_version", 1) != 1:
@@ -173,7 +187,7 @@ def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFra
                 raise ResultsError(f"{path}: {why}")
             left_out.append(f"{path}: {why}; left out of every table")
             continue
-        row = {k: cell.get(k) for k in (*CELL_KEYS, *MATCH_SETTINGS)}
+        row = {k: cell.get(k, OPTIONAL_SETTINGS.get(k)) for k in (*CELL_KEYS, *MATCH_SETTINGS)}
         row["tag"] = row["tag"] or ""
         row["seed"] = int(row["seed"])
         row["temperature"] = round(float(row["temperature"]), 6)
@@ -204,13 +218,19 @@ def check_duplicates(cells: pd.DataFrame) -> None:
     raise ResultsError("\n".join(lines))
 
 
+def _setting_text(value: Any) -> str:
+    """A setting as text for comparison: None and NaN (a missing value in a float column) read 'None'."""
+    return "None" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
 def check_settings(cells: pd.DataFrame, settings: Sequence[str] = MATCH_SETTINGS) -> None:
     """Raise if the seeds of one table cell differ in a setting that must match, naming the files."""
     problems = []
     for key, grp in cells.groupby(list(GROUP_KEYS), sort=True):
         for setting in settings:
-            # astype(str) so None/NaN and mixed types compare without surprises.
-            if grp[setting].astype(str).nunique() > 1:
+            # As text, one spelling for None/NaN: pandas' astype(str) keeps NaN missing, and nunique would
+            # then not count a seed with no top-k beside one with top-k 50 as a difference.
+            if grp[setting].map(_setting_text).nunique(dropna=False) > 1:
                 ident = ", ".join(f"{k}={v}" for k, v in zip(GROUP_KEYS, key, strict=True))
                 files = "\n".join(
                     f"  {f}: {setting}={v!r}" for f, v in zip(grp["file"], grp[setting], strict=True)
@@ -220,29 +240,187 @@ def check_settings(cells: pd.DataFrame, settings: Sequence[str] = MATCH_SETTINGS
         raise ResultsError("\n".join(problems))
 
 
+def is_proportion(metric: str) -> bool:
+    """Whether ``metric`` is a success rate (``PROPORTION_RE``): the only kind ci=wilson_pooled takes."""
+    return PROPORTION_RE.fullmatch(metric) is not None
+
+
+def is_authors_metric(metric: str) -> bool:
+    """Whether ``metric`` grades with the authors' reward, so it is taken over the rows they score."""
+    return metric.startswith("authors_") and is_proportion(metric)
+
+
+def authors_gold_parses(gold: str) -> bool:
+    """Whether the authors' extractor reads a number from ``gold``; their maths_plots.py ``load_runs``
+    skips a prompt whose gold it cannot read (``continue``), so no metric of theirs counts it."""
+    from pspo_repro.scoring.authors_reward import extract_final_answer
+
+    return extract_final_answer(gold) is not None
+
+
+def completions_path(cell_file: str | Path) -> Path:
+    """The raw completions beside an evaluation cell (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``)."""
+    path = Path(cell_file)
+    return path.with_name(f"{path.stem}.completions.jsonl.gz")
+
+
+def _golds_in_rows(rec: dict[str, Any]) -> dict[str, str] | None:
+    """{prompt id: the gold string the authors' reward was given} from per-prompt ``authors_gold``
+    fields, or None when the rows do not carry them (cells written before the field existed)."""
+    rows = rec["per_prompt"]
+    if not rows or not all("authors_gold" in r for r in rows):
+        return None
+    for i, r in enumerate(rows):
+        if not isinstance(r["authors_gold"], str):
+            raise ResultsError(
+                f"{rec['file']}: per_prompt[{i}] authors_gold must be a string, got {r['authors_gold']!r}"
+            )
+    return {r["id"]: r["authors_gold"] for r in rows}
+
+
+def _golds_in_completions(rec: dict[str, Any]) -> dict[str, str] | None:
+    """{prompt id: gold string} from the completions file beside the cell (None when it is absent)."""
+    path = completions_path(rec["file"])
+    if not path.is_file():
+        return None
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            lines = [json.loads(line) for line in fh if line.strip()]
+    except (OSError, EOFError, ValueError) as exc:  # OSError: not gzip; ValueError: bad JSON or UTF-8
+        raise ResultsError(f"{path}: cannot read the completions ({exc})") from None
+    golds = {}
+    for lineno, obj in enumerate(lines, 1):
+        # The evaluator grades with `problem.authors_gold or problem.answer`: the same string here.
+        gold = obj.get("authors_gold") or obj.get("gold") if isinstance(obj, dict) else None
+        if not isinstance(gold, str) or "id" not in obj:
+            raise ResultsError(f"{path}: line {lineno} needs 'id' and a gold string")
+        golds[obj["id"]] = gold
+    if list(golds) != [r["id"] for r in rec["per_prompt"]]:
+        raise ResultsError(f"{path}: its prompt ids differ from those of {rec['file']}")
+    return golds
+
+
+def authors_rows(cells: pd.DataFrame) -> dict[tuple[str, str], tuple[frozenset[str] | None, str]]:
+    """Per (dataset, rows_sha256): the ids of the rows whose gold the authors' extractor parses, and where
+    the golds were read ("per-prompt authors_gold", or the completions file); (None, "") when no cell of
+    that prompt set stores its golds, so no row can be dropped.
+
+    One prompt set has one set of golds, so the per-prompt fields of every cell are checked against each
+    other and a completions file is read only when no cell carries the fields, and then only the first
+    one found (they are large). A row counted unscorable whose authors' reward ever exceeded 0.5 is a
+    contradiction (their reward is 0 whenever the gold has no number): ResultsError naming the file.
+    """
+    out: dict[tuple[str, str], tuple[frozenset[str] | None, str]] = {}
+    if cells.empty:
+        return out
+    recs = sorted(cells.to_dict("records"), key=lambda r: r["file"])
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for rec in recs:
+        if rec["per_prompt"] and any(is_authors_metric(m) for m in rec["metrics"]):
+            groups.setdefault((rec["dataset"], str(rec["rows_sha256"])), []).append(rec)
+    for key, members in groups.items():
+        found: tuple[frozenset[str] | None, str] = (None, "")
+        for rec in members:
+            golds = _golds_in_rows(rec)
+            if golds is None:
+                continue
+            ids = frozenset(i for i, g in golds.items() if authors_gold_parses(g))
+            if found[0] is not None and ids != found[0]:
+                raise ResultsError(
+                    f"{rec['file']}: its golds differ from other cells of {key[0]} with the same rows"
+                )
+            found = (ids, "per-prompt authors_gold")
+        if found[0] is None:
+            for rec in members:
+                golds = _golds_in_completions(rec)
+                if golds is not None:
+                    ids = frozenset(i for i, g in golds.items() if authors_gold_parses(g))
+                    found = (ids, f"the completions file beside {Path(rec['file']).name}")
+                    break
+        if found[0] is not None:
+            for rec in members:
+                bad = [
+                    r["id"] for r in rec["per_prompt"] if r["id"] not in found[0] and r.get("authors_correct")
+                ]
+                if bad:
+                    raise ResultsError(
+                        f"{rec['file']}: prompt {bad[0]} has authors_correct > 0 but its gold has no number "
+                        "the authors' extractor reads: the golds do not belong to this cell"
+                    )
+        out[key] = found
+    return out
+
+
+def metric_from_rows(rows: list[dict[str, Any]], metric: str, file: str) -> float:
+    """A proportion metric of one cell from its per-prompt rows, as ``evaluation.metrics.cell_metrics``
+    computes it: ``*_acc`` samples correct over samples, the others the mean over prompts."""
+    from pspo_repro.evaluation.metrics import prompt_value
+
+    try:
+        if metric in COUNT_METRICS:
+            return sum(r[COUNT_METRICS[metric]] for r in rows) / sum(r["n"] for r in rows)
+        values = [prompt_value(r, metric) for r in rows]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(f"{file}: per_prompt rows cannot give {metric} ({exc})") from None
+    if any(v is None for v in values):
+        raise ResultsError(f"{file}: per_prompt rows lack what {metric} needs, though the cell reports it")
+    return float(np.nanmean(np.array(values, dtype=float)))
+
+
 def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
     """The long table: one row per (model, method, tag, seed, dataset, temperature, metric).
 
-    ``correct``/``total`` hold pooled-count inputs for the accuracy metrics (NaN for others); ``prompts``
-    is the cell's number of prompts (the authors' Wilson trials per seed); ``per_prompt`` references the
-    cell's per-prompt rows (not copied; drop it before writing a CSV).
+    A proportion (``is_proportion``) is recomputed from the cell's per-prompt rows (the stored value only
+    for a cell without rows). An authors' metric (``is_authors_metric``) keeps only the rows whose gold
+    the authors' extractor parses (``authors_rows``), as their tables do; ``golds`` says where those golds
+    were read ("" when no cell stores them: every row kept; None for other metrics).
+    ``prompts`` is the rows used (the authors' Wilson trials per seed), ``rows`` the rows evaluated;
+    ``correct``/``total`` the sample counts behind the accuracies (NaN for others); ``per_prompt``
+    references the rows used (not copied; drop it before writing a CSV).
     """
-    cols = [*CELL_KEYS, "metric", "value", "correct", "total", "prompts", "file", "per_prompt"]
+    cols = [
+        *CELL_KEYS,
+        "metric",
+        "value",
+        "correct",
+        "total",
+        "prompts",
+        "rows",
+        "golds",
+        "file",
+        "per_prompt",
+    ]
+    scorable = authors_rows(cells)
     rows = []
     for rec in cells.to_dict("records"):
+        all_rows = rec.get("per_prompt") or []
         for metric, value in rec["metrics"].items():
             if not isinstance(value, int | float) or isinstance(value, bool):
                 continue  # nested or textual metrics have no place in a numeric table
+            used, golds = all_rows, None
+            if all_rows and is_authors_metric(metric):
+                ids, golds = scorable[(rec["dataset"], str(rec["rows_sha256"]))]
+                used = all_rows if ids is None else [r for r in all_rows if r["id"] in ids]
+                if not used:
+                    continue  # no row the authors' extractor can score: no value to show
+            if used and is_proportion(metric):
+                value = metric_from_rows(used, metric, rec["file"])
+            correct, total = rec.get(f"{metric}__correct", math.nan), rec.get(f"{metric}__total", math.nan)
+            if used and metric in COUNT_METRICS:
+                correct = sum(r[COUNT_METRICS[metric]] for r in used)
+                total = sum(r["n"] for r in used)
             rows.append(
                 {
                     **{k: rec[k] for k in CELL_KEYS},
                     "metric": metric,
                     "value": float(value),
-                    "correct": rec.get(f"{metric}__correct", float("nan")),
-                    "total": rec.get(f"{metric}__total", float("nan")),
-                    "prompts": int(rec["num_prompts"]),
+                    "correct": correct,
+                    "total": total,
+                    "prompts": len(used) if used else int(rec["num_prompts"]),
+                    "rows": int(rec["num_prompts"]),
+                    "golds": golds,
                     "file": rec["file"],
-                    "per_prompt": rec.get("per_prompt") or [],
+                    "per_prompt": used,
                 }
             )
     return pd.DataFrame(rows, columns=cols)

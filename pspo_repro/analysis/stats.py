@@ -18,8 +18,9 @@ from statsmodels.stats.proportion import proportion_confint
 # --- Confidence intervals for tables -------------------------------------------------------------
 # Three interval methods, chosen per aggregation run and named in every caption:
 #   t_seeds        Student t over the per-seed means (seed-to-seed variation; needs n >= 2 seeds);
-#   wilson_pooled  Wilson score interval on the mean of per-prompt accuracies pooled over seeds, trials =
-#                  prompts x seeds (the authors' code, pooled over seeds);
+#   wilson_pooled  Wilson score interval on a proportion pooled over seeds as the authors' maths_plots.py
+#                  pools it (``_pooled_binom``): correct = round(sum over seeds of mean x prompts), trials =
+#                  prompts x seeds, mean = correct / trials; for proportions only (accuracy, pass@k, ...);
 #   bootstrap      percentile bootstrap over prompts of the seed-averaged per-prompt values
 #                  (prompt-to-prompt variation; the authors' evaluation code defines one).
 CI_METHODS = ("t_seeds", "wilson_pooled", "bootstrap")
@@ -84,17 +85,26 @@ def wilson_interval(successes: float, trials: float, confidence: float = 0.95) -
 
 
 def wilson_pooled(successes: Sequence[float], trials: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Wilson interval on successes pooled over seeds (one entry per seed).
+    """Wilson interval on successes pooled over seeds (one entry per seed), exactly as the authors pool.
 
-    The point estimate is the pooled proportion sum(successes) / sum(trials). The tables pass, per seed,
-    mean per-prompt accuracy x prompts and prompts (the authors' trials = prompts x seeds).
+    Their ``_pooled_binom`` (maths_plots.py) rounds the pooled count before the interval:
+    correct = round(sum(successes)) with numpy's round half to even, total = sum(trials), and reports
+    correct / total as the point estimate, with ``proportion_confint(correct, total, method="wilson")``.
+    The tables pass, per seed, the metric's mean over prompts x prompts and the prompts (trials = prompts
+    x seeds), so a fractional per-prompt value (pass@k of 1 of 4 samples) enters as its share of a prompt.
     """
     if len(successes) != len(trials) or len(successes) == 0:
         raise ValueError(
             f"wilson_pooled needs equal, non-empty sequences; got {len(successes)}, {len(trials)}"
         )
-    p, low, high = wilson_interval(float(np.sum(successes)), float(np.sum(trials)), confidence)
-    return Interval(p, low, high, len(successes), "wilson_pooled")
+    n = np.asarray(trials, dtype=float)
+    if not np.array_equal(n, np.round(n)):
+        raise ValueError(f"wilson_pooled needs whole trials (prompts per seed), got {list(trials)}")
+    # Round the pool, not each seed: theirs is int(np.round((acc * n).sum())).
+    correct = int(np.round(np.sum(np.asarray(successes, dtype=float))))
+    total = int(n.sum())
+    _, low, high = wilson_interval(correct, total, confidence)
+    return Interval(correct / total, low, high, len(successes), "wilson_pooled")
 
 
 def seed_interval(

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from pspo_repro.analysis.results_io import ResultsError, prompt_values
+from pspo_repro.analysis.results_io import ResultsError, is_authors_metric, is_proportion, prompt_values
 from pspo_repro.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     Interval,
@@ -124,8 +124,18 @@ def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: N
             f"ci=bootstrap, {n_text})"
         )
     return (
-        f"mean of per-prompt accuracies pooled over seeds with {pct} Wilson interval, trials = prompts x seeds "
-        f"(the authors' interval; ci=wilson_pooled, {n_text})"
+        f"mean of per-prompt values pooled over seeds with {pct} Wilson interval, trials = prompts x seeds "
+        f"(the authors' interval; successes = sum over seeds of mean x prompts rounded to a whole count, "
+        f"half to even, and the mean shown = successes / trials, as their maths_plots.py pools; "
+        f"ci=wilson_pooled, {n_text})"
+    )
+
+
+def wilson_refusal(metric: str) -> str:
+    """The one-line reason ci=wilson_pooled refuses a metric that is not a proportion."""
+    return (
+        f"ci=wilson_pooled takes proportions only (accuracies, majority votes, maj@k, top-1, best-of-n, "
+        f"pass@k); {metric!r} is not one: use ci=t_seeds or ci=bootstrap"
     )
 
 
@@ -143,13 +153,11 @@ def cell_intervals(
                 raise ResultsError(f"ci=bootstrap: {exc}") from None
             out[key] = (interval, tuple(int(s) for s in grp["seed"]))
             continue
-        if ci == "wilson_pooled" and grp["total"].isna().any():
-            raise ResultsError(
-                f"ci=wilson_pooled needs correct counts, which metric {grp['metric'].iloc[0]!r} lacks"
-            )
-        # The authors' Wilson (their _wilson_ci(mean of per-prompt accuracies, number of prompts)), pooled
-        # over seeds: the proportion is the mean of per-prompt means, trials = prompts x seeds. Samples of
-        # one prompt are not independent trials, so they are not counted as such.
+        if ci == "wilson_pooled" and not is_proportion(metric := str(grp["metric"].iloc[0])):
+            raise ResultsError(wilson_refusal(metric))
+        # The authors' pooled Wilson (maths_plots.py's _pooled_binom): per seed, the mean over prompts times
+        # the prompts; their sum rounded is the count, trials = prompts x seeds. Samples of one prompt are
+        # not independent trials, so they are not counted as such.
         prompts = grp["prompts"].to_numpy(dtype=float)
         interval = seed_interval(
             ci,
@@ -225,14 +233,37 @@ def grid_table(
 
 
 def rows_used(df: pd.DataFrame, datasets: Sequence[str], names: Names) -> str:
-    """Caption sentence naming the evaluation rows behind each column (``prompts`` of the long table)."""
+    """Caption sentence naming the evaluation rows behind each column (``prompts`` of the long table).
+
+    An authors' metric is over the rows whose gold the authors' extractor parses (``prompts`` of ``rows``),
+    so the sentence says how many rows each dataset used and why the rest are missing."""
     if "prompts" not in df:
         return ""
+    metric = str(df["metric"].iloc[0]) if len(df) else ""
+    if not (is_authors_metric(metric) and {"rows", "golds"} <= set(df.columns)):
+        parts = []
+        for ds in datasets:
+            counts = sorted({int(n) for n in df.loc[df["dataset"] == ds, "prompts"].dropna()})
+            parts.append(f"{names.dataset(ds)} {'/'.join(str(n) for n in counts)}")
+        return f"Rows evaluated: {', '.join(parts)}."
     parts = []
     for ds in datasets:
-        counts = sorted({int(n) for n in df.loc[df["dataset"] == ds, "prompts"].dropna()})
-        parts.append(f"{names.dataset(ds)} {'/'.join(str(n) for n in counts)}")
-    return f"Rows evaluated: {', '.join(parts)}."
+        sub = df[df["dataset"] == ds]
+        texts = []
+        # Grouped by whether the golds were known, not where they were read.
+        known = sub["golds"].fillna("").astype(bool).rename("known")
+        for (used, rows, golds_known), _ in sub.groupby(["prompts", "rows", known], sort=True):
+            text = f"{used} of {rows}"
+            if not golds_known:
+                text += " (golds not stored with the cells: no row could be dropped)"
+            elif used < rows:
+                text += f" ({rows - used} golds the authors' extractor cannot parse dropped)"
+            texts.append(text)
+        parts.append(f"{names.dataset(ds)} {'/'.join(texts)}")
+    return (
+        f"Rows used: {metric} over the rows whose gold the authors' extractor parses, as their maths_plots.py "
+        f"drops the rest: {', '.join(parts)}."
+    )
 
 
 def main_table(

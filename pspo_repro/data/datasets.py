@@ -90,6 +90,10 @@ def _number_str(value: Any) -> str:
 
 
 _ASDIV_NUM = re.compile(r"^\s*([-+]?[\d,]*\.?\d+(?:/\d+)?)\s*(?:\(.*\))?\s*$")
+# A sign before a value in parentheses: "-(1/3)" is -1/3 (one ASDiv row; stripping "(1/3)" as a unit left "-").
+_ASDIV_SIGNED = re.compile(r"^\s*([-+])\s*\(\s*(\d+(?:\.\d+)?(?:/\d+)?)\s*\)\s*$")
+# A trailing unit: words in parentheses ("(years old)"); parentheses holding a digit are a value, not a unit.
+_ASDIV_UNIT = re.compile(r"\s*\([^()\d]*\)\s*$")
 
 
 # ---------------------------------------------------------------- row converters
@@ -159,13 +163,18 @@ def _asdiv_row(row: dict[str, Any], source: str, line: int) -> Problem:
     raw = str(_field(row, "answer", source, line, text=False))
     rid = row.get("idx", row.get("id", line - 1))
     m = _ASDIV_NUM.match(raw)
+    signed = _ASDIV_SIGNED.match(raw)
     # "9 (apples)" -> numeric 9. About 6% of ASDiv answers (123 of 2215) are not numbers ("Yes", "3:30 p.m.",
     # "Mrs. Hilt"); they are kept (so the set has all its rows) and graded as text (grading: normalised
     # words, never math-verify, which would read "3:30" as a ratio and "6th" as 6*t*h).
     if m:
         answer, kind = m.group(1).replace(",", ""), "numeric"
+    elif signed:
+        answer, kind = signed.group(1).replace("+", "") + signed.group(2), "numeric"
     else:
-        answer, kind = re.sub(r"\s*\(.*\)\s*$", "", raw).strip(), "text"
+        answer, kind = _ASDIV_UNIT.sub("", raw).strip(), "text"
+        if not any(c.isalnum() for c in answer):  # nothing left to grade against: a reader bug, not a gold
+            raise DataError(f"{source}:{line}: answer {raw!r} has no value once its unit is removed")
     return Problem(
         f"asdiv/{rid}",
         f"{body.strip()} {question.strip()}",

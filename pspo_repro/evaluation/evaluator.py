@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 # Bumped whenever grading changes what a sample scores: a partial shard or final cell graded by another
-# version does not match (the header differs), so no cell mixes two graders.
-GRADER_VERSION = 2
+# version does not match (the header differs), so no cell mixes two graders. 3: a number inside a larger
+# expression (an exponent, a root, a fraction) is no answer; the authors' reward matches with `regex`.
+GRADER_VERSION = 3
 PASS_KS = metrics.PASS_KS
 # chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
 CHUNK_SIZE = {"hf": 32, "vllm": 512}
@@ -417,6 +418,11 @@ def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
         **metrics.sample_lists(s),
         "timeouts": sum(x.get("timed_out", 0) for x in s),
     }
+    # The gold string the authors' reward read: tables drop the rows whose gold their extractor cannot
+    # parse from the paper-comparable columns, as their maths_plots.py does.
+    gold = record.get("authors_gold") or record.get("gold")
+    if gold is not None:
+        row["authors_gold"] = gold
     errors = sorted({x["grading_error"] for x in s if x.get("grading_error")})
     if errors:
         row["grading_error"] = errors[0]

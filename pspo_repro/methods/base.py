@@ -34,6 +34,14 @@ def token_advantages(advantages: torch.Tensor) -> torch.Tensor:
     return advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
 
 
+def constant(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-dim tensor of ``dtype`` on ``device``: the Python float rounded once to ``dtype``, as
+    ``torch.clamp(x, max=value)`` and ``x > value`` round it for an ``x`` of that dtype (``torch.where`` with
+    Python floats would round through float32 instead). ``torch.full`` fills on the device: no copy, no sync.
+    """
+    return torch.full((), value, dtype=dtype, device=device)
+
+
 def log_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(clamped log-ratio, raw log-ratio)``; the raw one (detached) only feeds metrics."""
     raw = logp - old_logp

@@ -9,6 +9,7 @@ import torch
 from pspo_repro.methods.base import (
     Masked,
     MethodOutput,
+    constant,
     log_ratio,
     saturated,
     token_advantages,
@@ -18,7 +19,11 @@ from pspo_repro.methods.registry import register_method
 
 
 def ppo_clip_bounds(
-    adv: torch.Tensor, eps_low: float, eps_high: float, delta: float | None
+    adv: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    delta: float | None,
+    dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row (or per-token) bounds ``(lo, hi)`` such that ``-A clamp(r, lo, hi)`` is the PPO loss.
 
@@ -27,11 +32,20 @@ def ppo_clip_bounds(
     and the second at ``max(1+eps_high, delta)``. One clamp with broadcast bounds replaces TRL's
     clamp + two products + min (same values and gradients, ~2x cheaper), and the bounds say exactly where
     the gradient is zero.
+
+    The bounds are in ``dtype`` (the ratio's; default ``adv``'s) on ``adv``'s device, each rounded once from
+    the Python float, exactly as ``torch.clamp(r, 1 - eps_low, 1 + eps_high)`` rounds TRL's bounds: built
+    from Python floats, ``torch.where`` would make them float32, so a float64 ``1 + 0.2`` became
+    1.2000000477 and a ratio of 1.2000000001 escaped the clip.
     """
+
+    def c(value: float) -> torch.Tensor:
+        return constant(value, adv.dtype if dtype is None else dtype, adv.device)
+
     upper = 1.0 + eps_high
     pos_hi, neg_hi = (upper, math.inf) if delta is None else (min(upper, delta), max(upper, delta))
-    lo = torch.where(adv < 0, 1.0 - eps_low, -math.inf)
-    hi = torch.where(adv > 0, pos_hi, torch.where(adv < 0, neg_hi, math.inf))
+    lo = torch.where(adv < 0, c(1.0 - eps_low), c(-math.inf))
+    hi = torch.where(adv > 0, c(pos_hi), torch.where(adv < 0, c(neg_hi), c(math.inf)))
     return lo, hi
 
 
@@ -51,8 +65,7 @@ def clip(
     adv = token_advantages(advantages)
     lr, raw = log_ratio(logp, old_logp)
     ratio = torch.exp(lr)
-    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, delta)
-    lo, hi = lo.to(ratio.dtype), hi.to(ratio.dtype)
+    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, delta, ratio.dtype)
     loss = -adv * ratio.clamp(lo, hi)
 
     m = Masked(mask)

@@ -63,8 +63,7 @@ def clip_cov(
     adv = token_advantages(advantages)
     lr, raw = log_ratio(logp, old_logp)
     ratio = torch.exp(lr)
-    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, None)
-    lo, hi = lo.to(ratio.dtype), hi.to(ratio.dtype)
+    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, None, ratio.dtype)
     m = Masked(mask)
     with torch.no_grad():
         r = ratio.detach()

@@ -23,19 +23,20 @@ def sequence_clip(
     mask: torch.Tensor,
     eps_low: float,
     eps_high: float,
+    delta: float | None = None,
 ) -> MethodOutput:
     """``-min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)`` on every unmasked token, ``s`` the sequence ratio.
 
     Shared by GSPO and LUSPO (same per-token loss; LUSPO differs in its aggregation only). Token log-ratios
-    are clamped before the mean, so the mean is within the clamp too.
+    are clamped before the mean, so the mean is within the clamp too. ``delta``: TRL's dual clip, ``s`` capped
+    at ``delta`` in the unclipped branch (as clip's).
     """
     adv = token_advantages(advantages)
     lr, raw = log_ratio(logp, old_logp)
     maskf = mask.to(lr.dtype)
     seq_lr = (lr * maskf).sum(-1, keepdim=True) / maskf.sum(-1, keepdim=True).clamp(min=1.0)
     s = torch.exp(seq_lr)  # [B, 1]
-    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, None)
-    lo, hi = lo.to(s.dtype), hi.to(s.dtype)
+    lo, hi = ppo_clip_bounds(adv, eps_low, eps_high, delta, s.dtype)
     loss = -adv * s.clamp(lo, hi)
     m = Masked(mask)
     with torch.no_grad():

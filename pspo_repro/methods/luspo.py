@@ -24,10 +24,12 @@ def luspo(
     *,
     eps_low: float = 3e-4,
     eps_high: float = 4e-4,
+    delta: float | None = None,
 ) -> MethodOutput:
     """``-min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)`` per token, ``s = exp(masked mean of log r)``.
 
     With ``loss_agg=luspo`` the scalar is ``mean_b(|y_b| * loss_b)``, TRL's LUSPO; with any other mode this
-    is GSPO's loss under that mode.
+    is GSPO's loss under that mode. ``delta`` caps ``s`` in the unclipped branch, as TRL 1.16 applies its
+    ``GRPOConfig.delta`` to ``loss_type="luspo"`` (null: off, TRL's default).
     """
-    return sequence_clip(logp, old_logp, advantages, mask, eps_low, eps_high)
+    return sequence_clip(logp, old_logp, advantages, mask, eps_low, eps_high, delta)

@@ -7,6 +7,7 @@ import torch
 from pspo_repro.methods.base import (
     Masked,
     MethodOutput,
+    constant,
     log_ratio,
     saturated,
     token_advantages,
@@ -50,7 +51,10 @@ def sapo(
     adv = token_advantages(advantages)
     lr, raw = log_ratio(logp, old_logp)
     ratio = torch.exp(lr)
-    tau = torch.where(adv > 0, tau_pos, tau_neg).to(ratio.dtype)
+    # tau in the ratio's dtype, rounded once (Python floats in torch.where would round it through float32)
+    tau = torch.where(
+        adv > 0, constant(tau_pos, ratio.dtype, ratio.device), constant(tau_neg, ratio.dtype, ratio.device)
+    )
     soft, s = soft_gate(ratio, tau)
     loss = -soft * adv
     m = Masked(mask)

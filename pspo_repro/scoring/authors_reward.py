@@ -20,20 +20,38 @@ copied. It is what the paper's runs were trained with and what the paper's "accu
 The gold answer goes through the same extraction (the authors pass the raw dataset string: GSM8K's
 whole solution, ASDiv's ``9 (apples)``, SVAMP's ``27``); a gold with no number scores 0 for every
 completion. No torch or sympy imports here.
+
+Their patterns are compiled with the ``regex`` package (``import regex as re``, pinned ``regex==2025.7.34``,
+Unicode 16.0), not ``re``, and so are ours: ``regex``'s ``\\s`` is Unicode White_Space, which leaves out the
+control characters U+001C..U+001F that ``re``'s ``\\s`` takes; its ``\\d`` is every Unicode decimal digit
+of its tables, including digits newer than Python's ``unicodedata`` (3.11: Unicode 14.0), which
+``float``/``Fraction`` then reject (a last token such as U+10D41 makes the answer None, not an earlier
+number). Their version cannot be installed here (transformers 5.17 needs ``regex>=2025.10.22``); the one
+later addition to ``\\d``, Unicode 17.0's digits U+11DE0..U+11DE9, is excluded by ``DIGIT``, so our patterns
+match what 2025.7.34 matched.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from fractions import Fraction
+
+import regex
+
+# Digits the installed regex (Unicode 17.0 tables) counts as \d but their 2025.7.34 (Unicode 16.0) did not:
+# the Tolong Siki digits. A regex with newer tables fails tests/scoring/test_authors_reward.py's digit count.
+NEWER_DIGITS = "\U00011de0-\U00011de9"
+# Their \d, as regex 2025.7.34 matched it.
+DIGIT = rf"(?:(?![{NEWER_DIGITS}])\d)"
 
 # Their token pattern: optional sign, digits with thousands commas or plain, optional decimals, optional
 # /denominator, optional %.
-NUMBER_TOKEN = re.compile(r"[-+]?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?")
-ANSWER_LINE = re.compile(r"####\s*([^\n]+)")
-FORMAT_BONUS = re.compile(r"####\s*\d+[^\n]+")
-_LETTER = re.compile(r"[a-zA-Z]")
+NUMBER_TOKEN = regex.compile(
+    rf"[-+]?({DIGIT}{{1,3}}(?:,{DIGIT}{{3}})+|{DIGIT}+)(?:\.{DIGIT}+)?(?:/{DIGIT}+)?%?"
+)
+ANSWER_LINE = regex.compile(r"####\s*([^\n]+)")
+FORMAT_BONUS = regex.compile(rf"####\s*{DIGIT}+[^\n]+")
+_LETTER = regex.compile(r"[a-zA-Z]")
 REL_TOL = ABS_TOL = 1e-6
 
 

@@ -85,9 +85,76 @@ def all_boxed(text: str) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- numbers inside larger expressions
+
+# A number that is only part of an expression is no answer: the base or exponent of ``^`` ("10^2"), a
+# subscript, the argument or coefficient of ``\\sqrt`` ("3\\sqrt{2}"), a numerator or denominator
+# ("\\frac{\\sqrt{6}}{6}"), the mantissa of "2.5 \\times 10^{-6}", a number before a superscript digit
+# (U+00B2 ...). A degree sign ("6^\\circ") is no power.
+_ARG_COMMANDS = frozenset({"frac", "dfrac", "tfrac", "cfrac", "sqrt", "binom", "dbinom", "tbinom"})
+_FUNCTION_COMMANDS = frozenset({"log", "ln", "lg", "exp", "sin", "cos", "tan", "cot", "sec", "csc"})
+_OPERAND_AFTER = _ARG_COMMANDS | _FUNCTION_COMMANDS  # "\\sqrt 2", "\\log 8"
+_FACTOR_BEFORE = _ARG_COMMANDS | _FUNCTION_COMMANDS | {"pi"}  # "3\\sqrt{2}", "2\\frac{1}{3}", "3\\pi"
+_LATEX_TOKEN_RE = re.compile(r"\\[a-zA-Z]+|\\.|[{}\[\]^_]|[^\s\\{}\[\]^_]+")
+_BEFORE_RE = re.compile(r"(?:[\^_]|\\([a-zA-Z]+))\s*$")
+# group 1: a command after the number; group 2: it opens with words, a unit ("25\\frac{\\text{miles}}{\\text{day}}").
+_AFTER_RE = re.compile(
+    r"\s*(?:(?:\\times|\\cdot|[x*\u00d7\u00b7])\s*10\s*\^|\^(?!\s*\{?\s*\\circ(?![a-zA-Z]))"
+    r"|[\u00b2\u00b3\u00b9\u2070-\u2079]"
+    r"|\\([a-zA-Z]+)(\s*\{\s*\\(?:text|mathrm|mbox|textbf)(?![a-zA-Z]))?)"
+)
+
+
+def _argument_mask(text: str) -> bytearray | None:
+    """1 at each character inside an argument of ``\\frac``/``\\sqrt``/``\\binom`` (``\\sqrt[3]{..}`` too) or
+    of a braced ``^``/``_``; None when there is none."""
+    if "{" not in text:
+        return None
+    mask: bytearray | None = None
+    stack: list[tuple[int, bool, str]] = []  # (content start, is an argument, opener)
+    prev = ""  # the token before: "^"/"_", a command name, "arg" (an argument just closed), else ""
+    for m in _LATEX_TOKEN_RE.finditer(text):
+        tok = m.group(0)
+        if tok == "{" or (tok == "[" and prev == "sqrt"):
+            inside = bool(stack) and stack[-1][1]
+            arg = inside or prev in ("^", "_", "arg") or prev in _ARG_COMMANDS
+            stack.append((m.end(), arg, tok))
+            prev = ""
+        elif stack and (tok, stack[-1][2]) in (("}", "{"), ("]", "[")):
+            start, arg, _ = stack.pop()
+            if arg and not (stack and stack[-1][1]):  # the outermost argument marks its whole span
+                mask = mask or bytearray(len(text))
+                mask[start : m.start()] = b"\x01" * (m.start() - start)
+            prev = "arg" if arg else ""
+        else:
+            prev = tok[1:] if tok[0] == "\\" and tok[1:].isalpha() else tok if tok in "^_" else ""
+    open_args = [start for start, arg, _ in stack if arg]
+    if open_args:  # an argument cut off by the end of the text
+        mask = mask or bytearray(len(text))
+        mask[open_args[0] :] = b"\x01" * (len(text) - open_args[0])
+    return mask
+
+
+def _in_expression(text: str, start: int, end: int, mask: bytearray | None) -> bool:
+    """Whether ``text[start:end]`` (a number) is only part of a larger expression (``mask``: ``_argument_mask``)."""
+    if mask is not None and mask[start]:
+        return True
+    before = _BEFORE_RE.search(text, max(0, start - 32), start)
+    if before and (before.group(1) is None or before.group(1) in _OPERAND_AFTER):
+        return True
+    after = _AFTER_RE.match(text, end)
+    return bool(after) and (
+        after.group(1) is None or (after.group(1) in _FACTOR_BEFORE and not after.group(2))
+    )
+
+
 def find_numbers(text: str) -> list[str]:
-    """Every number written in ``text``, in order (``1,000``, ``-3``, ``2.5``, ``3/4``, ``20%``, ``2.5e-06``)."""
-    return [m.group(0) for m in _NUMBER_RE.finditer(text)]
+    """Every number written in ``text`` that stands on its own, in order (``1,000``, ``-3``, ``2.5``, ``3/4``,
+    ``20%``, ``2.5e-06``, ``6^\\circ``'s 6); not the parts of a larger expression (``10^2``, ``3\\sqrt{2}``)."""
+    mask = _argument_mask(text)
+    return [
+        m.group(0) for m in _NUMBER_RE.finditer(text) if not _in_expression(text, m.start(), m.end(), mask)
+    ]
 
 
 def extract_final_answer(text: str) -> str | None:
@@ -111,9 +178,11 @@ def extract_final_answer(text: str) -> str | None:
 _LATEX_NOISE = re.compile(
     r"\\[,;!: ]|\\(?:text|mathrm|textbf|mbox)\{[^{}]*\}|\\\$|\$|\\left|\\right|\^\{?\\circ\}?|\s"
 )
+_UNIT_RE = re.compile(r"\\(?:text|mathrm|textbf|mbox)\{[^{}]*\}|\^\{?\\circ\}?")
 _FRAC_RE = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$|^(-?)\\[dt]?frac(\d)(\d)$")
 _PLAIN_RE = re.compile(r"^([-+]?)(" + _NUM + r")\.?$")
 _FRAC_ANY_RE = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}")
+_DIGIT_BEFORE_RE = re.compile(r"\d\s*$")
 # "2.5 \times 10^{-6}" / "2.5\cdot10^6": scientific notation as LaTeX writes it.
 _TIMES_TEN_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\\(?:times|cdot)10\^\{?([-+]?\d{1,4})\}?$")
 # A number with more digits is no answer to these benchmarks; parsing it is unbounded work on untrusted
@@ -138,9 +207,17 @@ def parse_number(s: str) -> Fraction | None:
     question asks for, so accepting N/100 would give false positives). Units after the number
     ("18 dollars") are ignored only in the ``####`` tail; here the whole string must be the number.
     """
-    t = _LATEX_NOISE.sub("", s)
-    t = t.replace("{,}", ",").rstrip(".")
-    if t.startswith("\\%") or not t or sum(c.isdigit() for c in t) > MAX_DIGITS or not t.isascii():
+    # A unit or degree sign may end (or start) a number; between two numbers it separates them
+    # ("19 \\text{ and }43", "45^\\circ, 135^\\circ" are two answers, not 1943 and 45135).
+    t = _LATEX_NOISE.sub("", _UNIT_RE.sub("\0", s))
+    t = t.replace("{,}", ",").rstrip(".").strip("\0").rstrip(".")
+    if (
+        "\0" in t
+        or t.startswith("\\%")
+        or not t
+        or sum(c.isdigit() for c in t) > MAX_DIGITS
+        or not t.isascii()
+    ):
         return None
     t = t.replace("\\%", "%")
     m = _PLAIN_RE.match(t)
@@ -178,6 +255,8 @@ def _leading_number(s: str) -> Fraction | None:
     t = _LATEX_NOISE.sub(" ", s).strip()
     m = _NUMBER_RE.search(t)
     if m is None or m.start() > 2:  # the number must lead ("x = 5" is not a bare numeric answer)
+        return None
+    if _in_expression(t, m.start(), m.end(), _argument_mask(t)):  # "2^{10}", "3\\sqrt{2}": not 2, not 3
         return None
     return parse_number(m.group(0))
 
@@ -445,8 +524,16 @@ def true_correct(
     g = _gold_number(gold, kind)
     if g is not None:  # numeric golds: numbers only, no math-verify (its cost is per span)
         rtol = gold_tolerance(gold)
-        # Also the right-hand side of "x = \\frac{14}{3}" and every LaTeX fraction written inline.
-        extra = [c.rsplit("=", 1)[1] for c in candidates if "=" in c] + _FRAC_ANY_RE.findall(response)
+        # Also the right-hand side of "x = \\frac{14}{3}" and every LaTeX fraction written inline on its own
+        # (not "\\sqrt{\\frac{1}{2}}", not the 1/2 of the mixed number "3\\frac{1}{2}").
+        mask = _argument_mask(response)
+        fractions = [
+            m.group(0)
+            for m in _FRAC_ANY_RE.finditer(response)
+            if not _in_expression(response, m.start(), m.end(), mask)
+            and not _DIGIT_BEFORE_RE.search(response, max(0, m.start() - 16), m.start())
+        ]
+        extra = [c.rsplit("=", 1)[1] for c in candidates if "=" in c] + fractions
         for c in candidates + extra:
             p = parse_number(c) if kind == "latex" else _leading_number(c)
             if p is not None and numbers_equal(p, g, rtol):
@@ -509,7 +596,8 @@ def gsm8k_numeric_reward(response: str, gold: str) -> float:
     """Our corrected version of the authors' ``gsm8k_numeric_reward`` (``reward=gsm8k_numeric``; their
     function bug for bug is ``pspo_repro.scoring.authors_reward``): effective values {0, 0.05, 1}.
 
-    Parse the answer after the last ``####`` (else the last number of the text, their regex); 1.0 if it is
+    Parse the answer after the last ``####`` (else the last number their regex finds in the text, skipping the
+    parts of a larger expression such as ``10^2`` as ``find_numbers`` does); 1.0 if it is
     ``math.isclose`` (rel and abs 1e-6) to the gold, +0.05 if ``####\\s*\\d+[^\\n]+`` matches (their
     format bonus, quirks included: a single-digit answer alone on the line does not match), -0.2 when no
     number is found; clipped to [0, 1]. Their sympy fallback for non-numeric tails is not reproduced
@@ -520,7 +608,12 @@ def gsm8k_numeric_reward(response: str, gold: str) -> float:
     if tail:
         value = _leading_number(tail)
     if value is None:
-        matches = [m.group(0) for m in _AUTHORS_NUMBER_RE.finditer(response)]
+        mask = _argument_mask(response)
+        matches = [
+            m.group(0)
+            for m in _AUTHORS_NUMBER_RE.finditer(response)
+            if not _in_expression(response, m.start(), m.end(), mask)
+        ]
         value = parse_number(matches[-1]) if matches else None
     score = 0.0
     gold_value = parse_number(gold)

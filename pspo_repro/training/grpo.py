@@ -139,6 +139,45 @@ def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
                     OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
 
 
+RUN_LENGTHS = ("token_budget", "as_run")
+LR_HORIZONS = ("run", "epochs")
+# The authors' script sets no num_train_epochs, so it trains HF's default of 3 epochs (with no token budget).
+AS_RUN_EPOCHS = 3
+
+
+def apply_run_length(cfg: DictConfig, overrides: list[str]) -> None:
+    """``trainer.length=as_run``: the authors' script's length (3 epochs, no token budget) instead of the
+    paper text's token budget; a token budget or step count on the command line beside it is an error."""
+    t = cfg.trainer
+    length = t.get("length", "token_budget")
+    if length not in RUN_LENGTHS:
+        raise UsageError(f"unknown trainer.length {length!r}; options: {', '.join(RUN_LENGTHS)}")
+    if t.get("lr_horizon", "run") not in LR_HORIZONS:
+        raise UsageError(
+            f"unknown trainer.lr_horizon {t.get('lr_horizon')!r}; options: {', '.join(LR_HORIZONS)}"
+        )
+    if length != "as_run":
+        return
+    given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
+    clash = sorted(given & {"trainer.token_budget", "trainer.max_steps", "trainer.num_train_epochs"})
+    if clash:
+        raise UsageError(
+            f"trainer.length=as_run sets the script's length ({AS_RUN_EPOCHS} epochs, no token budget); "
+            f"drop {', '.join(clash)}"
+        )
+    t.token_budget = None
+    t.max_steps = -1
+    t.num_train_epochs = AS_RUN_EPOCHS
+
+
+def lr_token_budget(t: DictConfig) -> int | None:
+    """The token count at which the learning rate reaches 0 (``lr_horizon=run`` with a budget), else None
+    (HF's own schedule over max_steps / num_train_epochs)."""
+    if t.get("token_budget") and t.get("lr_horizon", "run") == "run":
+        return int(t.token_budget)
+    return None
+
+
 def import_plugins(modules) -> None:
     """Import the ``plugins`` modules (user code that registers methods or rewards) before validation."""
     import importlib
@@ -203,6 +242,11 @@ def validate(cfg: DictConfig):
             )
     if t.token_budget is None and (t.max_steps is None or t.max_steps <= 0) and not t.num_train_epochs:
         raise UsageError("set trainer.token_budget, trainer.max_steps or trainer.num_train_epochs")
+    if lr_token_budget(t) and t.lr_scheduler_type != "linear":
+        raise UsageError(
+            f"trainer.lr_horizon=run decays linearly to 0 at the token budget; trainer.lr_scheduler_type="
+            f"{t.lr_scheduler_type} needs trainer.lr_horizon=epochs (or trainer.token_budget=null)"
+        )
     return method
 
 
@@ -317,7 +361,12 @@ def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None
     for p in problems:
         messages = build_messages(p.question, template)
         if max_prompt_length:
-            n = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+            # return_dict=False: a list of ids (transformers 5 returns a BatchEncoding by default, whose len is
+            # its 2 keys, so no prompt was ever dropped)
+            ids = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            n = len(ids)
             if n > max_prompt_length:
                 dropped += 1
                 continue
@@ -557,6 +606,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
 def _plan_run(cfg: DictConfig, overrides: list[str]) -> _Plan:
     """Step 1: merge the per-method values, validate, load the data and name the run folder (no writes)."""
     apply_per_method(cfg, overrides)
+    apply_run_length(cfg, overrides)
     method = validate(cfg)
     train_rows, val_rows = load_data(cfg)
     tag = tag_from_overrides(cfg, overrides)
@@ -699,6 +749,7 @@ def _build_trainer(
         method_name=plan.method.name,
         method_params=plan.method.params,
         loss_agg=plan.method.loss_agg,
+        lr_token_budget=lr_token_budget(t),
     )
     return trainer, nonfinite, budget, stopper
 
@@ -742,6 +793,8 @@ def _train_and_record(
         best_metric=state.best_metric,
         nonfinite_skipped=len(nonfinite.skipped_steps),
         nonfinite_skipped_steps=nonfinite.skipped_steps,
+        # max |r - 1| on first passes over fresh rollouts since this process started (null: not measured)
+        first_pass_max_abs_ratio_dev=trainer.ratio_dev_for_json(trainer.first_pass_max_abs_ratio_dev),
         stop_reason="stop_after_step"
         if stopped_early
         else ("token_budget" if budget and budget.reached else "max_steps"),

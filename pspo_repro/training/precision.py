@@ -4,7 +4,9 @@ At the paper's learning rates (5e-7 to 1e-6) AdamW's first steps move each weigh
 rate, which is below half a bf16 ulp for most weights: bf16 parameters barely change, fp32 ones all do.
 ``measure`` runs a few real GRPO steps through the training entry point's own pieces (config, model
 loading, ``MethodGRPOTrainer``) and reports the parameter dtype, the autocast dtype, and the share of the
-weights with a non-zero gradient that changed after the first optimizer step and after the last one.
+weights with a non-zero gradient that changed after the first optimizer step and after the last one, and
+the largest |r - 1| on the first pass over a freshly generated batch (``MethodGRPOTrainer``'s
+``first_pass_max_abs_ratio_dev``).
 """
 
 from __future__ import annotations
@@ -141,6 +143,8 @@ def measure(overrides: list[str]) -> dict[str, Any]:
         "weights_with_grad": int(sum(int((g != 0).sum()) for g in (probe.grads or {}).values())),
         "changed_after_first_step": changed_fraction(probe.before, probe.after_first, probe.grads),
         "changed_after_last_step": changed_fraction(probe.before, probe.after_last, probe.grads),
+        # max |r - 1| on first passes over fresh rollouts: 0 unless recomputed log-probs differ from stored ones
+        "first_pass_max_abs_ratio_dev": trainer.ratio_dev_for_json(trainer.first_pass_max_abs_ratio_dev),
     }
 
 

@@ -52,7 +52,8 @@ class TokenLinearLR(LRScheduler):
             return 0.0
         return max(0.0, (self.budget - tokens) / span)
 
-    def get_lr(self) -> list[float]:  # noqa: D102 - LRScheduler's hook
+    def get_lr(self) -> list[float]:
+        """Each parameter group's peak rate times ``factor`` at the current step and token count."""
         f = self.factor(self.last_epoch, int(self._tokens_seen()))
         return [base * f for base in self.base_lrs]
 

@@ -20,6 +20,7 @@ recomputation is used (vLLM's ``logprobs=K`` is not wired through TRL's generati
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -28,6 +29,11 @@ from trl import GRPOTrainer
 from pspo_repro.methods import aggregate, get_method, method_extra_inputs, method_optional_inputs
 
 MIRRORS_TRL = "1.16.0"
+
+# max |r - 1| on the first pass over a freshly generated batch (``_log_loss_metrics``)
+FIRST_PASS_DEV = "first_pass_max_abs_ratio_dev"
+# Logged as their maximum over the logging window (TRL's ``log`` averages everything else in ``_metrics``).
+MAX_METRICS = (FIRST_PASS_DEV,)
 
 # Multimodal keys TRL's forward accepts; passed through unchanged (text-only here, kept for fidelity).
 _MM_KEYS = (
@@ -50,7 +56,18 @@ class MethodGRPOTrainer(GRPOTrainer):
     ``method_params`` must already be validated (``validate_params``); TRL's ``loss_type`` is ignored.
     """
 
-    def __init__(self, *args: Any, method_name: str, method_params: dict, loss_agg: str, **kwargs: Any):
+    # The run's largest first-pass |r - 1| (``FIRST_PASS_DEV``) since this process started; None: never measured.
+    first_pass_max_abs_ratio_dev: float | None = None
+
+    def __init__(
+        self,
+        *args: Any,
+        method_name: str,
+        method_params: dict,
+        loss_agg: str,
+        lr_token_budget: int | None = None,
+        **kwargs: Any,
+    ):
         grpo_args = kwargs.get("args")
         if grpo_args is not None:
             if grpo_args.entropy_coef != 0.0 or grpo_args.use_adaptive_entropy:
@@ -67,6 +84,8 @@ class MethodGRPOTrainer(GRPOTrainer):
                         f"method {method_name!r} with vLLM needs vllm_importance_sampling_mode token_truncate or"
                         f" token_mask (got {mode!r}), or trainer.vllm_importance_sampling_correction=false"
                     )
+        # Set before super().__init__: nothing there builds the scheduler, but keep the attribute defined early.
+        self._lr_token_budget = lr_token_budget
         super().__init__(*args, **kwargs)
         self.method_name = method_name
         self._method = get_method(method_name)
@@ -76,6 +95,24 @@ class MethodGRPOTrainer(GRPOTrainer):
         self._topk = int(self._method_params["topk"]) if "topk_logps" in needs else None
         # VESPO folds vLLM's importance-sampling ratio into its sequence weight instead of multiplying the loss
         self._method_takes_is = "importance_sampling_ratio" in method_optional_inputs(method_name)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """HF's scheduler, or with ``lr_token_budget`` the linear decay to 0 at that many tokens
+        (``training.schedule.TokenLinearLR``): a budget-limited run's horizon is its budget, not an epoch
+        count the budget stops first."""
+        if self._lr_token_budget is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            from pspo_repro.training.schedule import TokenLinearLR
+
+            self.lr_scheduler = TokenLinearLR(
+                optimizer if optimizer is not None else self.optimizer,
+                warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                budget=self._lr_token_budget,
+                tokens_seen=lambda: self.state.num_input_tokens_seen,
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     # ------------------------------------------------------------------ rollout (top-K DPPO only)
 
@@ -230,19 +267,64 @@ class MethodGRPOTrainer(GRPOTrainer):
                 self.accelerator.gather_for_metrics(aux_loss).mean().item()
             )
 
-        self._log_loss_metrics(
-            mode, mask, entropies, per_token_kl if self.beta != 0.0 else None, out.metrics, logps - old_logps
+        # Only measured where old log-probs were stored at generation time (without them r == 1 exactly).
+        first_pass = (
+            mode == "train" and inputs.get("old_per_token_logps") is not None and self._is_first_pass()
         )
+        self._log_loss_metrics(
+            mode, mask, entropies, per_token_kl if self.beta != 0.0 else None, out.metrics, logps - old_logps,
+            first_pass=first_pass,
+        )  # fmt: skip
         return loss
 
+    def _is_first_pass(self) -> bool:
+        """Whether this training micro-step is the first use of its slice of a freshly generated batch, with
+        no optimizer step since the batch was generated (so reproducible log-probs would give r == 1 exactly).
+
+        TRL's ``_prepare_inputs`` generates when ``_step % (steps_per_generation * num_iterations) == 0`` and
+        serves slice ``_step % steps_per_generation``; ``_step`` counts finished micro-steps, so during one it
+        is that micro-step's index. The optimizer steps after every ``gradient_accumulation_steps`` of them
+        (with steps_per_generation > gradient_accumulation_steps a first pass can come after an update).
+        """
+        spg, ga = self.args.steps_per_generation, self.args.gradient_accumulation_steps
+        generated_at = self._step - self._step % (spg * self.num_iterations)
+        return self._step - generated_at < spg and self._step // ga == generated_at // ga
+
+    def _record_first_pass_dev(self, value: float) -> None:
+        """Fold one micro-batch's first-pass deviation into the run's maximum (a NaN stays: it is the news)."""
+        prev = self.first_pass_max_abs_ratio_dev
+        if prev is None or (not math.isnan(prev) and (math.isnan(value) or value > prev)):
+            self.first_pass_max_abs_ratio_dev = value
+
+    @staticmethod
+    def ratio_dev_for_json(value: float | None) -> float | str | None:
+        """The run's maximum as run.json stores it: a number, ``"nan"``/``"inf"`` (JSON has no non-finite
+        numbers), or None when never measured."""
+        return value if value is None or math.isfinite(value) else str(value)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's ``log`` (which averages each metric over the logging window), except ``MAX_METRICS``: their
+        maximum over the window (absent when the window has none)."""
+        mode = "train" if self.model.training else "eval"
+        for key in MAX_METRICS:
+            values = self._metrics[mode].pop(key, None)
+            if values:  # Python's max() is order-dependent with NaN: report NaN outright
+                logs[key] = math.nan if any(math.isnan(v) for v in values) else max(values)
+        super().log(logs, start_time)
+
     @torch.no_grad()
-    def _log_loss_metrics(self, mode, mask, entropies, per_token_kl, method_metrics, log_ratio) -> None:
+    def _log_loss_metrics(
+        self, mode, mask, entropies, per_token_kl, method_metrics, log_ratio, first_pass: bool = False
+    ) -> None:
         """Entropy (and KL) as TRL logs them, the trust-region statistics of every method, and the method's
         metrics under ``method/``: one gather, one sync.
 
         Method-independent, so runs of different methods compare on the same scale: ``behaviour_kl`` is
         KL(pi_old || pi_theta) per token (k3 estimator ``r - 1 - log r`` on the behaviour policy's
         samples; 0 on the first pass over a batch) and ``ratio_std`` the spread of r = pi_theta / pi_old.
+        On a ``first_pass``, ``first_pass_max_abs_ratio_dev``: max |r - 1| over the tokens (and processes),
+        which is 0 unless recomputed log-probs differ from the stored ones (exactly 0 on CPU; on a GPU a
+        different batch layout can move them, and under clip eps = 0 any |r - 1| > 0 zeroes a gradient).
         """
         m = mask.float()
         r = log_ratio.detach().float().exp()
@@ -252,13 +334,15 @@ class MethodGRPOTrainer(GRPOTrainer):
             sums.append((per_token_kl * m).sum())
         totals = self.accelerator.reduce(torch.stack(sums).float(), reduction="sum")
         names = list(method_metrics)
-        values = (
-            self.accelerator.gather(torch.stack([method_metrics[k].float() for k in names]).unsqueeze(0))
-            .mean(0)
-            .tolist()
-            if names
-            else []
-        )
+        cols = [method_metrics[k].float() for k in names]
+        if first_pass:  # |r - 1| = |expm1(log r)|: exact for tiny log-ratios, where exp(x) - 1 cancels
+            cols.append(torch.where(mask.bool(), torch.expm1(log_ratio.detach().float()).abs(), 0.0).amax())
+        values = []
+        if cols:  # [processes, n]: the method's metrics averaged over processes, the deviation's maximum
+            gathered = self.accelerator.gather(torch.stack(cols).unsqueeze(0))
+            values = torch.cat(
+                [gathered[:, : len(names)].mean(0), gathered[:, len(names) :].amax(0)]
+            ).tolist()
         totals = totals.tolist()
         denom = max(totals[1], 1.0)
         self._metrics[mode]["entropy"].append(totals[0] / denom)
@@ -267,5 +351,8 @@ class MethodGRPOTrainer(GRPOTrainer):
         self._metrics[mode]["ratio_std"].append(max(totals[4] / denom - mean_r * mean_r, 0.0) ** 0.5)
         if per_token_kl is not None:
             self._metrics[mode]["kl"].append(totals[5] / denom)
-        for k, v in zip(names, values, strict=True):
+        for k, v in zip(names, values[: len(names)], strict=True):
             self._metrics[mode][f"method/{k}"].append(v)
+        if first_pass:
+            self._metrics[mode][FIRST_PASS_DEV].append(values[-1])
+            self._record_first_pass_dev(values[-1])

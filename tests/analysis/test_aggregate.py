@@ -163,6 +163,20 @@ def test_mismatched_setting_names_the_files(tree, cfg_for):
     assert not (tree / "tables").exists()  # nothing written
 
 
+@pytest.mark.parametrize("top_k", [50, None])
+def test_cells_with_another_top_k_never_share_a_table_cell(tree, cfg_for, top_k):
+    """A cell sampled with top-k 50 next to seeds that recorded none (or, for a T = 0.0 cell written before
+    eval.top_k existed, recorded nothing): one error naming the files; a cell without the field is legacy
+    (no top-k) and pools with top_k None."""
+    bad = write_cell(tree, "clip", 2, "gsm8k", 0.8, 0.44, top_k=top_k)
+    if top_k is None:  # None is what a legacy cell means: the tree aggregates
+        aggregate.run(cfg_for(f"results_dir={tree}"))
+        return
+    with pytest.raises(ResultsError) as err:
+        aggregate.run(cfg_for(f"results_dir={tree}"))
+    assert "top_k differs" in str(err.value) and str(bad) in str(err.value)
+
+
 def test_duplicate_cell_is_an_error(tree, cfg_for):
     src = cell_path(tree, "clip", 0, "gsm8k", 0.0)
     copy = tree / "eval" / "tiny" / "clip" / "seed0-copy" / "gsm8k" / "T0.0.json"

@@ -48,10 +48,13 @@ def test_per_prompt_row_majority_and_counts():
         return {"answer_key": key, "reward_correct": rc, "true_correct": tc, "token_ids": [0] * ntok,
                 "reward": 1.0 if rc else 0.05, "timed_out": 0}  # fmt: skip
 
-    rec = {"id": "p", "samples": [s("5", 0, 1, 2), s("7", 1, 1, 4), s("5", 0, 0, 6)]}
+    rec = {"id": "p", "gold": "7", "authors_gold": "7 (apples)",
+           "samples": [s("5", 0, 1, 2), s("7", 1, 1, 4), s("5", 0, 0, 6)]}  # fmt: skip
     row = ev.per_prompt_row(rec)
+    assert ev.per_prompt_row({**rec, "authors_gold": None})["authors_gold"] == "7"  # theirs = ours
     assert row == {
         "id": "p",
+        "authors_gold": "7 (apples)",  # the string the authors' reward read: the tables' denominators
         "n": 3,
         "reward_correct": 1,
         "true_correct": 2,

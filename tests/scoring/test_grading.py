@@ -11,6 +11,7 @@ from pspo_repro.scoring.grading import (
     answers_equivalent,
     extract_final_answer,
     final_answer_key,
+    find_numbers,
     gsm8k_numeric_reward,
     parse_number,
     reward_correct,
@@ -182,3 +183,64 @@ def test_math500_gold_from_solution_box_matches_answer_field(data_dir):
     rows = load_benchmark("math500")
     agree = sum(answers_equivalent(full[p.id.split("/", 1)[1]].answer, p.answer, "latex") for p in rows)
     assert agree / len(rows) >= 0.98
+
+
+# ---------------------------------------------------------------- a number inside an expression (issue 24, item 6)
+
+
+@pytest.mark.parametrize(
+    "response, gold, kind",
+    [
+        ("#### 2^{10}", "2", "numeric"),  # the base of a power was read as the answer
+        ("It is 10^2", "2", "numeric"),  # ... and the exponent, by the last-number fallback
+        ("It is 10^2", "10", "numeric"),
+        ("The answer is 2^{10}", "2", "numeric"),
+        (r"Thus $x = \sqrt{2}$.", "2", "latex"),  # the argument of a root
+        (r"so the length is 3\sqrt{2}", "2", "latex"),
+        (r"so the length is 3\sqrt{2}", "3", "latex"),  # its coefficient
+        (r"so the length is \sqrt[3]{2}", "3", "latex"),  # its index
+        (r"so x = \frac{\sqrt{6}}{6}", "6", "latex"),  # a numerator or denominator
+        (r"so it takes 2\frac{1}{3} cups", "2", "numeric"),  # the whole part of a mixed number
+        (r"the area is 3\pi", "3", "latex"),
+        (r"it weighs 2.5 \times 10^{-6} grams", "2.5", "numeric"),  # a mantissa
+        (r"it is \log 8", "8", "numeric"),
+        ("it is 10\u00b2", "10", "numeric"),  # the base of a superscript power
+    ],
+)
+def test_a_number_inside_an_expression_is_not_the_answer(response, gold, kind):
+    assert not reward_correct(response, gold, kind)
+    assert not true_correct(response, gold, kind)  # nor does it make the gold "appear"
+    if kind == "numeric":
+        assert gsm8k_numeric_reward(response, gold) < 0.5
+
+
+def test_true_accuracy_a_digit_inside_a_fraction_is_not_the_gold_angle():
+    gold = r"6^{\circ}"
+    assert not true_correct(r"The answer is $\boxed{\frac{\sqrt{6}}{6}}$.", gold, "latex")
+    assert not true_correct(r"so $\sin x = \frac{1}{6}$ and $x^6 = 1$", gold, "latex")
+    for response in [r"the angle is 6^\circ", "the angle is 6 degrees", r"so $\angle A = 6^{\circ}$, done"]:
+        assert true_correct(response, gold, "latex") and reward_correct(response, gold, "latex"), response
+
+
+@pytest.mark.parametrize(
+    "response, gold, kind",
+    [
+        ("So 2^{10} = 1024.", "1024", "numeric"),
+        ("x^2 = 4, so x = 2", "2", "numeric"),
+        (r"$\sqrt{16} = 4$", "4", "latex"),
+        (r"\frac{1}{2} \cdot 10 = 5 apples", "5", "numeric"),
+        (r"she walks $25\frac{\text{miles}}{\text{day}}$.", "25", "numeric"),  # a unit, not a mixed number
+        (r"the angle is $60^\circ$.", r"60^\circ", "latex"),
+        ("It costs $18 in total.", "18", "numeric"),
+        ("The answer is **18**.", "18", "numeric"),
+        (r"#### 5\text{ cm}", "5", "numeric"),
+    ],
+)
+def test_numbers_on_their_own_still_count(response, gold, kind):
+    assert reward_correct(response, gold, kind) and true_correct(response, gold, kind)
+
+
+def test_find_numbers_skips_the_parts_of_expressions():
+    text = r"Since $x^2 = 9$ and $3\sqrt{2} \approx 4.24$, $\frac{1}{2} + 2^{10} = 1024.5$; 6^\circ, 7 apples"
+    assert find_numbers(text) == ["9", "4.24", "1024.5", "6", "7"]
+    assert find_numbers(r"\sqrt[3]{8} \binom{5}{2} x_{12} e^{-3} 10^ 4 \log 8") == []

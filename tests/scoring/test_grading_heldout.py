@@ -228,7 +228,7 @@ def test_gsm_hard_sweep_finishes_with_exponent_golds(results_root, monkeypatch):
     class Answering:
         name = "fake"
 
-        def generate(self, requests, max_new_tokens, top_p):
+        def generate(self, requests, max_new_tokens, top_p, top_k=None):
             out = []
             for r in requests:
                 gold = next(g for q, g in golds.items() if q in r.prompt)

@@ -45,6 +45,8 @@ def compute_loss_bare():
         trainer.accelerator = _Accelerator()
         trainer.model = SimpleNamespace(training=True)
         trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        # TRL's micro-step counter and data reuse: micro-step 0 is the first pass over a fresh rollout
+        trainer._step, trainer.num_iterations = 0, 1
         for key, value in attrs.items():
             setattr(trainer, key, value)
         leaf = logp.detach().clone().requires_grad_(True)

@@ -153,3 +153,32 @@ def test_eval_on_start_logs_the_base_point_once(results_root, monkeypatch, tmp_p
     assert [s for s, _ in evals] == [0, 2, 4] and evals[0][1] == 0
     run = json.loads((resumed / "run.json").read_text())
     assert run["best_checkpoint"] in ("checkpoint-2", "checkpoint-4")
+
+
+def test_budget_run_decays_to_zero_at_its_budget_and_resumes_exactly(results_root, tmp_path, monkeypatch):
+    """trainer.lr_horizon=run: every logged learning rate is peak x (budget - tokens) / budget (no warmup),
+    falling to 0 as the tokens reach the budget; a stopped and resumed run keeps the schedule (its state,
+    saved in the checkpoint, holds no trainer closure) and ends with the straight run's weights."""
+    budget = 3000
+    common = [
+        "method=clip", "trainer.max_steps=-1", "trainer.num_train_epochs=50", f"trainer.token_budget={budget}",
+        "trainer.learning_rate=1e-3",
+    ]  # fmt: skip
+    straight = _run(common)
+    rows = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) >= 4 and rows[-1]["num_tokens"] >= budget > rows[-2]["num_tokens"]
+    # HF logs the rate a step trained with: set by the scheduler after the step before, from the tokens
+    # seen by then (the previous row's count; a step's own rollout is counted when it is generated).
+    seen = [0] + [r["num_tokens"] for r in rows[:-1]]
+    assert [r["train/learning_rate"] for r in rows] == pytest.approx([1e-3 * (1 - t / budget) for t in seen])
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "resumed"))
+    _run([*common, "trainer.stop_after_step=2"])
+    resumed = _run(common)
+    a, b = _weights(straight / f"checkpoint-{len(rows)}"), _weights(resumed / f"checkpoint-{len(rows)}")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+    # lr_horizon=epochs: HF's schedule over 50 epochs, still near the peak when the budget stops the run
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "epochs"))
+    folder = _run([*common, "trainer.lr_horizon=epochs"])
+    last = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["train/learning_rate"] > 0.9e-3

@@ -100,6 +100,10 @@ def batch(seed, b=6, t=10, spread=0.4):
     return logp, old, adv, mask
 
 
+# delta just above 1 + eps_high: a negative-advantage sequence of each test batch has s > delta (checked below)
+LUSPO_DELTA = {"eps_low": 1e-2, "eps_high": 1e-2, "delta": 1.02}
+LUSPO_DELTA_TRAINER = {"eps_low": 1e-3, "eps_high": 1e-3, "delta": 1.005}
+
 CASES = [
     # (our method, our params, our mode, TRL loss_type, TRL kwargs)
     ("clip", {"eps_low": 0.2, "eps_high": 0.28}, "dapo", "dapo", {"eps_low": 0.2, "eps_high": 0.28}),
@@ -138,6 +142,14 @@ CASES = [
         "luspo",
         "luspo",
         {"eps_low": 3e-4, "eps_high": 4e-4, "level": "sequence"},
+    ),
+    # TRL 1.16 applies its dual clip (GRPOConfig.delta) to loss_type="luspo" too
+    (
+        "luspo",
+        LUSPO_DELTA,
+        "luspo",
+        "luspo",
+        {**LUSPO_DELTA, "level": "sequence"},
     ),
     ("vespo", {}, "dapo", "vespo", {}),
     (
@@ -207,6 +219,16 @@ def test_parity_case_exercises_clipping():
     assert 0.05 < out.metrics["clip_frac"].item() < 0.95
 
 
+@pytest.mark.parametrize(("seed", "spread", "params"), [(0, 0.4, LUSPO_DELTA), (1, 0.4, LUSPO_DELTA),
+                                                      (2, 0.1, LUSPO_DELTA_TRAINER)])  # fmt: skip
+def test_luspo_delta_cases_cap_a_sequence(seed, spread, params):
+    # guard against a vacuous delta case: the cap changes the loss of the batches the parity tests use
+    logp, old, adv, mask = batch(seed, spread=spread)
+    with_cap = get_method("luspo")(logp, old, adv, mask, **params).per_token_loss
+    without = get_method("luspo")(logp, old, adv, mask, **{**params, "delta": None}).per_token_loss
+    assert not torch.equal(with_cap, without)
+
+
 def trl_gmpo_loss(compute_loss_bare, logp, old, adv, mask, eps_low, eps_high):
     """Loss, gradient and metrics from TRL 1.16's experimental ``GMPOTrainer._compute_loss`` (GMPO = geo_mean)."""
     from trl.experimental.gmpo import GMPOTrainer
@@ -262,7 +284,9 @@ def ours_through_trainer(compute_loss_bare, name, mode, logp, old, adv, mask, is
         _method_takes_is="importance_sampling_ratio" in method_optional_inputs(name),
         current_gradient_accumulation_steps=GA,
         max_completion_length=MAX_LEN,
-        args=SimpleNamespace(steps_per_generation=STEPS_PER_GEN, use_bias_correction_kl=False),
+        args=SimpleNamespace(
+            steps_per_generation=STEPS_PER_GEN, gradient_accumulation_steps=GA, use_bias_correction_kl=False
+        ),
     )
     return loss, grad, metrics
 
@@ -279,6 +303,7 @@ def ours_through_trainer(compute_loss_bare, name, mode, logp, old, adv, mask, is
             "luspo",
             {"eps_low": 3e-2, "eps_high": 4e-2, "level": "sequence"},
         ),
+        ("luspo", LUSPO_DELTA_TRAINER, "luspo", "luspo", {**LUSPO_DELTA_TRAINER, "level": "sequence"}),
     ],
 )
 @pytest.mark.parametrize("vllm", [False, True])
