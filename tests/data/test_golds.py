@@ -65,10 +65,11 @@ def test_json_number_golds_keep_their_value(data_dir, name, key):
     assert _check_numeric(load_problems(name), expected) == []
 
 
-def test_synthetic_golds_are_the_generated_answers():
+@pytest.mark.parametrize("task", ["synthetic", "synthetic_heldout"])
+def test_synthetic_golds_are_the_generated_answers(task):
     for split in ("train", "validation", "test"):
-        generated = [Fraction(p.answer) for p in load_split(split)]
-        assert _check_numeric(load_problems("synthetic", split), generated) == []
+        generated = [Fraction(p.answer) for p in load_split(split, task=task)]
+        assert _check_numeric(load_problems(task, split), generated) == []
 
 
 # ---------------------------------------------------------------- ASDiv: units, signs, lists, words
@@ -244,6 +245,7 @@ def test_every_registered_split_is_audited():
     audited = {("gsm8k", "test"), ("gsm8k", "train"), ("svamp", "test"), ("svamp_paper", "test"),
                ("gsm_hard", "test"), ("asdiv", "test"), ("asdiv_paper", "test"), ("math500", "test"),
                ("math", "test"), ("math", "train"), ("synthetic", "train"), ("synthetic", "validation"),
-               ("synthetic", "test")}  # fmt: skip
+               ("synthetic", "test"), ("synthetic_heldout", "train"), ("synthetic_heldout", "validation"),
+               ("synthetic_heldout", "test")}  # fmt: skip
     registered = {(name, split) for name, spec in DATASETS.items() for split in spec.rows}
     assert registered == audited
