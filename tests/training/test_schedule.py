@@ -102,10 +102,10 @@ def test_as_run_length_is_the_scripts_three_epochs_without_a_budget():
     assert grpo.lr_token_budget(t) is None  # HF's linear schedule over the 3 epochs' steps, to 0
 
 
-def test_the_mini_keeps_its_committed_epoch_horizon():
+def test_the_mini_decays_to_zero_at_its_budget():
     cfg = _compose("experiment=mini")
     grpo.apply_run_length(cfg, [])
-    assert cfg.trainer.lr_horizon == "epochs" and grpo.lr_token_budget(cfg.trainer) is None
+    assert cfg.trainer.lr_horizon == "run" and grpo.lr_token_budget(cfg.trainer) == 75_000
 
 
 @pytest.mark.parametrize(
