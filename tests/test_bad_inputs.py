@@ -184,7 +184,7 @@ CASES = [
     ("train-K-0", "train", ["model=tiny", "method=dppo_topk_tv", "method.topk=0"], None, None, ["topk=0", "integer >= 1"]),
     ("train-num-iterations-0", "train", ["model=tiny", "method.num_iterations=0"], None, None, ["num_iterations=0", "integer >= 1"]),
     ("train-alpha-text", "train", ["model=tiny", "method.alpha=abc"], None, None, ["alpha='abc'", "[0, 1]"]),
-    ("train-save-steps", "train", ["model=tiny", "trainer.save_steps=3"], None, None, ["save_steps=3", "multiple of"]),
+    ("train-save-steps", "train", ["model=tiny", "trainer.save_steps=3"], None, None, ["save_steps=3", "must equal trainer.eval_steps"]),
     ("train-temperature-negative", "train", ["model=tiny", "trainer.temperature=-1"], None, None, ["trainer.temperature", "(0, inf)", "-1"]),
     ("train-temperature-text", "train", ["model=tiny", "trainer.temperature=abc"], None, None, ["trainer.temperature", "'abc'"]),
     ("train-top-p", "train", ["model=tiny", "trainer.top_p=1.5"], None, None, ["trainer.top_p", "(0, 1]", "1.5"]),

@@ -226,11 +226,13 @@ def validate(cfg: DictConfig):
         raise UsageError(
             f"per_device_train_batch_size x gradient_accumulation_steps must be divisible by num_generations={G}"
         )
-    if t.eval_steps:
-        if t.save_steps % t.eval_steps:
-            raise UsageError(
-                f"trainer.save_steps={t.save_steps} must be a multiple of trainer.eval_steps={t.eval_steps}"
-            )
+    if t.eval_steps and t.save_steps != t.eval_steps:
+        # HF keeps the best checkpoint only if the best validation step was saved: with save_steps a larger
+        # multiple of eval_steps a best validation between saves leaves no best checkpoint (or a stale one).
+        raise UsageError(
+            f"trainer.save_steps={t.save_steps} must equal trainer.eval_steps={t.eval_steps}: every validation"
+            " must be a saved checkpoint for best-checkpoint selection"
+        )
     # Resume regenerates the buffered rollout; it is exact only at a generation boundary.
     spg = t.steps_per_generation or t.gradient_accumulation_steps
     cycle = spg * method.num_iterations / t.gradient_accumulation_steps

@@ -51,7 +51,9 @@ def no_model_load(monkeypatch):
         (["method.loss_agg=mean"], r"loss_agg='mean' is invalid"),
         (["reward.funcs=[nope]"], r"unknown reward 'nope'; valid rewards: "),
         (["data.name=nope"], r"unknown dataset 'nope'; allowed: "),
-        (["trainer.save_steps=3"], r"save_steps=3 must be a multiple"),
+        (["trainer.save_steps=3"], r"save_steps=3 must equal trainer.eval_steps=10"),
+        # a multiple is not enough: a best validation between two saves would have no checkpoint
+        (["trainer.save_steps=20"], r"save_steps=20 must equal trainer.eval_steps=10: every validation"),
     ],
 )
 def test_invalid_input_fails_before_model(results_root, no_model_load, overrides, message):
