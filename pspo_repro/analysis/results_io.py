@@ -259,9 +259,12 @@ def authors_gold_parses(gold: str) -> bool:
 
 
 def completions_path(cell_file: str | Path) -> Path:
-    """The raw completions beside an evaluation cell (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``)."""
+    """The raw completions beside an evaluation cell (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``), named
+    as the evaluator writes them (``evaluator.COMPLETIONS_SUFFIX``)."""
+    from pspo_repro.evaluation.evaluator import COMPLETIONS_SUFFIX
+
     path = Path(cell_file)
-    return path.with_name(f"{path.stem}.completions.jsonl.gz")
+    return path.with_name(f"{path.stem}{COMPLETIONS_SUFFIX}")
 
 
 def _golds_in_rows(rec: dict[str, Any]) -> dict[str, str] | None:

@@ -338,12 +338,17 @@ def eval_dir(target: Target, dataset: str) -> Path:
     )
 
 
+# The raw completions beside a cell's JSON (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``); the tables
+# read its golds for cells written before per-prompt ``authors_gold`` existed (analysis.results_io).
+COMPLETIONS_SUFFIX = ".completions.jsonl.gz"
+
+
 def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
     """The final JSON, the completions and the partial shard of one cell."""
     stem = f"T{temperature:.1f}"
     return {
         "json": folder / f"{stem}.json",
-        "completions": folder / f"{stem}.completions.jsonl.gz",
+        "completions": folder / f"{stem}{COMPLETIONS_SUFFIX}",
         "partial": folder / f"{stem}.partial.jsonl",
         # Beside the dataset folder, so the cell folder holds only results; never deleted (unlinking a
         # lock file another process waits on would let a third one take a fresh lock at once).
