@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
+from pspo_repro.common.run_dir import INFRA_TRAINER_KEYS
 from pspo_repro.pipelines import mini_committed
 from pspo_repro.training.sft import PROGRESS
 
@@ -230,16 +231,22 @@ def group_seeds(cfg: DictConfig, group: DictConfig) -> list[int]:
 
 def rl_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
     """Every (method, tag, seed) the rl groups produce (tag as run_dir.tag_from_overrides builds it:
-    the group's ``tag`` (passed as ``run_tag``), then ``{key}{value}`` of its swept method/trainer keys)."""
+    the group's ``tag`` (passed as ``run_tag``), ``as_run`` for ``variant=as_run``, then ``{key}{value}``
+    of its swept method/trainer keys other than the infrastructure ones, which name no folder)."""
     out = []
     for group in cfg.rl.groups:
         sweep = {k: _sweep_values(v) for k, v in group.sweep.items()}
         keys = sorted(sweep)
         for combo in itertools.product(*(sweep[k] for k in keys)):
             point = dict(zip(keys, combo, strict=True))
-            tag_keys = sorted(k for k in point if k.startswith(("method.", "trainer.")))
+            tag_keys = sorted(
+                k for k in point
+                if k.startswith(("method.", "trainer.")) and k.split(".", 1)[1] not in INFRA_TRAINER_KEYS
+            )  # fmt: skip
             swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
-            tag = "-".join(t for t in (str(group.get("tag") or ""), swept) if t)
+            # variant=as_run appends ``as_run`` to run_tag before the swept keys (training.grpo.apply_per_method)
+            as_run = "as_run" if point.get("variant") == "as_run" else ""
+            tag = "-".join(t for t in (str(group.get("tag") or ""), as_run, swept) if t)
             for seed in group_seeds(cfg, group):
                 out.append((point["method"], tag, seed))
     return out
@@ -295,6 +302,12 @@ def _n_samples(overrides: list[str]) -> int:
         raise StageError(f"eval overrides: n_samples must be an integer, got {found[-1]!r}") from None
 
 
+def _n_temps(overrides: list[str]) -> int:
+    """Temperatures in the last ``temperatures=[...]`` among evaluate overrides (conf/evaluate.yaml's 5 if none)."""
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith("temperatures=")]
+    return max(1, len([t for t in found[-1].strip("[]").split(",") if t.strip()])) if found else 5
+
+
 def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     """Evaluation multiruns over the finished main runs, split in ``parallel`` parts, and the baseline.
 
@@ -317,12 +330,15 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     common = [f"prompt_template={cfg.prompt_template}", *map(str, cfg.eval.overrides)]
     parts = max(1, int(cfg.parallel))
     groups: dict[tuple[str, ...], list[Path]] = {}
-    for m, t, r in runs:  # the untagged main runs only: the tagged regimes keep the common settings
-        groups.setdefault(tuple(extra.get(m, []) if not t else []), []).append(r)
+    # method_overrides act on the untagged main runs only; eval.tagged_overrides on every tagged run
+    # (e.g. the study's regimes at T = 0 only, while its main runs get the temperature sweep).
+    tagged = [str(o) for o in (cfg.eval.get("tagged_overrides") or [])]
+    for m, t, r in runs:
+        groups.setdefault(tuple(extra.get(m, []) if not t else tagged), []).append(r)
     jobs = []
     for g, (added, folders) in enumerate(groups.items()):
         # Cost ~ completions per model: 1 greedy + n samples per prompt at each sampled temperature.
-        per_model = 1 + _n_samples([*common, *added])
+        per_model = 1 + _n_samples([*common, *added]) * (_n_temps([*common, *added]) - 1)
         for i in range(parts):
             chunk = folders[i::parts]
             if not chunk:
@@ -461,13 +477,13 @@ def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
     for j in jobs:
         j.log = root / "work" / "logs" / f"{j.name}.log"
 
-    def n_temps(overrides: list[str]) -> int:
-        temps = next((o for o in reversed(overrides) if o.startswith("temperatures=")), None)
-        return len(temps.split("=", 1)[1].strip("[]").split(",")) if temps else 5  # evaluate.yaml: 5
-
     overrides = [str(o) for o in cfg.eval.overrides]
     heldout = [str(o) for o in (cfg.eval.get("heldout") or [])]
-    n_cells = n_models * (n_temps(overrides) + (n_temps(overrides + heldout) if heldout else 0))
+    tagged = [str(o) for o in (cfg.eval.get("tagged_overrides") or [])]
+    tags = {"", *map(str, cfg.eval.get("tags") or [])}
+    n_tagged = sum(1 for m, t, _ in rl_runs(cfg) if t and t in tags and m in set(cfg.eval.methods))
+    n_cells = (n_models - n_tagged) * _n_temps(overrides) + n_tagged * _n_temps(overrides + tagged)
+    n_cells += n_models * _n_temps(overrides + heldout) if heldout else 0
     with _bar(n_cells, "eval cells", "cell") as bar:
         run_jobs(
             jobs, int(cfg.parallel), child_env(cfg, root, int(cfg.threads)), bar, lambda: count_cells(root)

@@ -56,12 +56,18 @@ def test_study_config_composes():
     cfg = compose_config(PROJECT_ROOT / "conf", "study", [])
     runs = mini.rl_runs(cfg)
     assert str(cfg.root) == "results/study"
-    assert {m for m, t, _ in runs if t == "offpolicy"} == {
-        "clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"
-    }  # fmt: skip
+    assert {m for m, t, _ in runs if not t} == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
+    # the pairs the claims compare get 10 seeds, the authors' clip as it ran too (seed-paired with clip)
+    for method, tag in (("clip", ""), ("pspo", ""), ("noclip", ""), ("clip", "as_run")):
+        assert sorted(s for m, t, s in runs if (m, t) == (method, tag)) == list(range(10))
+    for passes in (1, 2, 4):
+        assert ("noclip", f"reuse-num_iterations{passes}", 4) in runs
+    # infrastructure keys (save_steps) name no folder, as in training's own tag
+    assert ("pspo", "reuse-num_iterations1_steps_per_generation4", 0) in runs
+    assert {m for m, t, _ in runs if t == "offpolicy"} == {"clip", "noclip", "pspo", "sapo", "p3o"}
     alpha = sorted(t for m, t, s in mini.ablation_runs(cfg) if s == 0)
     assert alpha == [f"offpolicy-alpha0.{a}_max_grad_norm0.2" for a in range(1, 6)]
-    assert ("noclip", "offpolicy-num_iterations2", 2) in runs
+    assert all(g.name and isinstance(g.name, str) for g in cfg.rl.groups)  # YAML reads `off` as False
 
 
 def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
@@ -306,3 +312,34 @@ def test_regime_run_stats(tmp_path):
     assert s["reward_fell"]  # last-quarter reward 0.05 < half of the first three logged rewards' mean 0.183
     assert regime.main(["results_dir=" + str(tmp_path), "out_dir=" + str(tmp_path), "bogus=1"]) == 2
     assert regime.main(["results_dir=" + str(tmp_path), "out_dir=" + str(tmp_path)]) == 1  # no runs
+
+
+def test_rl_runs_tag_matches_training(tmp_path):
+    """The folder the pipeline expects is the one training writes: as_run, and no infrastructure keys."""
+    from pspo_repro.common.run_dir import tag_from_overrides
+    from pspo_repro.training.grpo import apply_per_method
+
+    cfg = _compose([
+        "rl.groups=[{name: g, sweep: {method: clip, variant: as_run, trainer.save_steps: 6}}]",
+    ])  # fmt: skip
+    (method, tag, _), *_ = mini.rl_runs(cfg)
+    train = compose_config(
+        PROJECT_ROOT / "conf", "train", ["experiment=mini", "method=clip", "variant=as_run", "trainer.save_steps=6"]
+    )
+    apply_per_method(train, ["variant=as_run", "trainer.save_steps=6"])
+    assert (method, tag) == ("clip", tag_from_overrides(train, ["variant=as_run", "trainer.save_steps=6"]))
+    assert tag == "as_run" and float(train.trainer.learning_rate) == 1.5e-4 and train.method.eps_low == 0.0
+
+
+def test_tagged_runs_get_their_own_eval_settings(tmp_path):
+    cfg = _compose(["+eval.tagged_overrides=['temperatures=[0.0]']"])
+    for m, t, s in mini.rl_runs(cfg):
+        folder = mini.run_dir_of(tmp_path, m, t, s)
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text('{"status": "finished"}')
+    jobs, _ = mini.eval_jobs(cfg, tmp_path)
+    tagged = [j for j in jobs if "offpolicy" in " ".join(j.cmd) and "heldout" not in j.name]
+    untagged = [j for j in jobs if j.name.startswith("eval-") and "offpolicy" not in " ".join(j.cmd)
+                and "heldout" not in j.name and j.name != "eval-baseline"]
+    assert tagged and all(j.cmd[-1] == "temperatures=[0.0]" for j in tagged)
+    assert untagged and all("temperatures=[0.0]" not in j.cmd for j in untagged)
