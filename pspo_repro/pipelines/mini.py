@@ -502,10 +502,29 @@ def regime_cmds(cfg: DictConfig, root: Path) -> list[Job]:
     ]  # fmt: skip
 
 
+def claims_cmds(cfg: DictConfig, root: Path) -> list[Job]:
+    """``python -m pspo_repro.claims`` with ``aggregate.claims`` (a spec under conf/, or a path; null: none)."""
+    spec = cfg.aggregate.get("claims")
+    if not spec:
+        return []
+    path = Path(str(spec)) if Path(str(spec)).is_absolute() else CONF_DIR / str(spec)
+    if not path.is_file():
+        raise StageError(f"aggregate.claims={spec!r}: no such file (looked at {path})")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pspo_repro.claims",
+        f"results_dir={root}",
+        f"out_dir={root}",
+        f"spec={path}",
+    ]
+    return [Job("claims", cmd, log=root / "work" / "logs" / "claims.log")]
+
+
 def do_aggregate(cfg: DictConfig, root: Path) -> dict[str, Any]:
-    """Stage 5: tables and figures into ``root`` (pspo_repro.aggregate, then the regime tables)."""
+    """Stage 5: tables and figures into ``root`` (pspo_repro.aggregate, the regime tables, the claims table)."""
     job = Job("aggregate", aggregate_cmd(cfg, root), log=root / "work" / "logs" / "aggregate.log")
-    regime = regime_cmds(cfg, root)
+    regime = [*regime_cmds(cfg, root), *claims_cmds(cfg, root)]
     env = child_env(cfg, root, int(cfg.threads))
     with _bar(1 + len(regime), "aggregate", "table set") as bar:
         for j in (job, *regime):

@@ -56,7 +56,15 @@ def test_study_config_composes():
     cfg = compose_config(PROJECT_ROOT / "conf", "study", [])
     runs = mini.rl_runs(cfg)
     assert str(cfg.root) == "results/study"
-    assert {m for m, t, _ in runs if not t} == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
+    assert {m for m, t, _ in runs if not t} == {
+        "clip",
+        "noclip",
+        "pspo",
+        "sapo",
+        "topr",
+        "p3o",
+        "dppo_binary_tv",
+    }
     # the pairs the claims compare get 10 seeds, the authors' clip as it ran too (seed-paired with clip)
     for method, tag in (("clip", ""), ("pspo", ""), ("noclip", ""), ("clip", "as_run")):
         assert sorted(s for m, t, s in runs if (m, t) == (method, tag)) == list(range(10))
@@ -324,7 +332,9 @@ def test_rl_runs_tag_matches_training(tmp_path):
     ])  # fmt: skip
     (method, tag, _), *_ = mini.rl_runs(cfg)
     train = compose_config(
-        PROJECT_ROOT / "conf", "train", ["experiment=mini", "method=clip", "variant=as_run", "trainer.save_steps=6"]
+        PROJECT_ROOT / "conf",
+        "train",
+        ["experiment=mini", "method=clip", "variant=as_run", "trainer.save_steps=6"],
     )
     apply_per_method(train, ["variant=as_run", "trainer.save_steps=6"])
     assert (method, tag) == ("clip", tag_from_overrides(train, ["variant=as_run", "trainer.save_steps=6"]))
@@ -339,7 +349,23 @@ def test_tagged_runs_get_their_own_eval_settings(tmp_path):
         (folder / "run.json").write_text('{"status": "finished"}')
     jobs, _ = mini.eval_jobs(cfg, tmp_path)
     tagged = [j for j in jobs if "offpolicy" in " ".join(j.cmd) and "heldout" not in j.name]
-    untagged = [j for j in jobs if j.name.startswith("eval-") and "offpolicy" not in " ".join(j.cmd)
-                and "heldout" not in j.name and j.name != "eval-baseline"]
+    untagged = [
+        j
+        for j in jobs
+        if j.name.startswith("eval-")
+        and "offpolicy" not in " ".join(j.cmd)
+        and "heldout" not in j.name
+        and j.name != "eval-baseline"
+    ]
     assert tagged and all(j.cmd[-1] == "temperatures=[0.0]" for j in tagged)
     assert untagged and all("temperatures=[0.0]" not in j.cmd for j in untagged)
+
+
+def test_claims_job_only_when_configured(tmp_path):
+    assert mini.claims_cmds(_compose([]), tmp_path) == []
+    (job,) = mini.claims_cmds(compose_config(PROJECT_ROOT / "conf", "study", []), tmp_path)
+    assert (
+        job.cmd[2] == "pspo_repro.claims" and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims.yaml'}"
+    )
+    with pytest.raises(mini.StageError, match="aggregate.claims='nope.yaml': no such file"):
+        mini.claims_cmds(_compose(["aggregate.claims=nope.yaml"]), tmp_path)
