@@ -536,14 +536,42 @@ def do_aggregate(cfg: DictConfig, root: Path) -> dict[str, Any]:
 STAGE_FUNCS = {"data": do_data, "sft": do_sft, "rl": do_rl, "eval": do_eval, "aggregate": do_aggregate}
 
 
-def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
-    """Run the configured stages in order (skipping finished ones); returns the timings record."""
-    root = mini_root(cfg)
-    wanted = list(cfg.stages)
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StageError(f"{key} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def check_settings(cfg: DictConfig) -> list[str]:
+    """The pipeline's own settings, checked before anything runs or moves; returns the wanted stages."""
+    stages = cfg.get("stages")
+    if not OmegaConf.is_list(stages) or not len(stages):
+        raise StageError(f"stages must be a non-empty list of {', '.join(STAGES)}, got {stages!r}")
+    wanted = [str(s) for s in stages]
     unknown = [s for s in wanted if s not in STAGES]
     if unknown:
         raise StageError(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
+    _positive_int("parallel", cfg.get("parallel"))
+    _positive_int("threads", cfg.get("threads"))
+    _positive_int("sft.threads", cfg.sft.get("threads", 1))
+    if not isinstance(cfg.get("force"), bool):
+        raise StageError(f"force must be true or false, got {cfg.get('force')!r}")
+    return wanted
+
+
+def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
+    """Run the configured stages in order (skipping finished ones); returns the timings record."""
+    root = mini_root(cfg)
+    wanted = check_settings(cfg)
     if {"rl", "eval"} & set(wanted):
+        fresh = not (root / "work").exists() and any((root / d).is_dir() for d in ("runs", "eval"))
+        missing = [s for s in STAGES[: STAGES.index("eval")] if s not in wanted]
+        if fresh and missing:  # checked before anything moves: the committed copy stays where it is
+            raise StageError(
+                f"stages={wanted}: {root} holds committed results and no work/ folder (a fresh clone), so the "
+                f"stages before them ({', '.join(missing)}) have no outputs here; run every stage to recompute "
+                "and compare with the committed copy (nothing was moved)"
+            )
         mini_committed.set_aside(root)
     timings_path = root / "timings.json"
     previous = json.loads(timings_path.read_text()) if timings_path.is_file() else {}

@@ -369,3 +369,34 @@ def test_claims_job_only_when_configured(tmp_path):
     )
     with pytest.raises(mini.StageError, match="aggregate.claims='nope.yaml': no such file"):
         mini.claims_cmds(_compose(["aggregate.claims=nope.yaml"]), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("stages=[]", "stages must be a non-empty list"),
+        ("stages=[evl]", "unknown stage(s) ['evl']"),
+        ("parallel=0", "parallel must be an integer >= 1, got 0"),
+        ("parallel=abc", "parallel must be an integer >= 1, got 'abc'"),
+        ("threads=1.5", "threads must be an integer >= 1, got 1.5"),
+        ("sft.threads=true", "sft.threads must be an integer >= 1, got True"),
+        ("force=maybe", "force must be true or false, got 'maybe'"),
+    ],
+)
+def test_bad_pipeline_settings_are_refused_before_anything_runs(tmp_path, override, message):
+    cfg = _compose([f"root={tmp_path / 'r'}", override])
+    with pytest.raises(mini.StageError) as err:
+        mini.run_pipeline(cfg)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_later_stages_on_a_fresh_clone_move_nothing(tmp_path):
+    """stages=[eval] on a committed copy without work/: refused before the copy is set aside."""
+    root = tmp_path / "r"
+    (root / "runs" / "x").mkdir(parents=True)
+    (root / "main_true_acc.md").write_text("committed\n")
+    cfg = _compose([f"root={root}", "stages=[eval,aggregate]"])
+    with pytest.raises(mini.StageError, match=r"no work/ folder .* \(data, sft, rl\) .*nothing was moved"):
+        mini.run_pipeline(cfg)
+    assert sorted(p.name for p in root.iterdir()) == ["main_true_acc.md", "runs"]
