@@ -38,7 +38,6 @@ from pspo_repro.common.run_dir import (
     truncate_metrics,
     write_run_json,
 )
-from pspo_repro.common.safe_paths import UnsafePathError
 
 log = logging.getLogger("pspo_repro.train")
 # A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
@@ -648,10 +647,10 @@ def _plan_run(cfg: DictConfig, overrides: list[str]) -> _Plan:
     apply_run_length(cfg, overrides)
     method = validate(cfg)
     train_rows, val_rows = load_data(cfg)
-    tag = tag_from_overrides(cfg, overrides)
     try:
+        tag = tag_from_overrides(cfg, overrides)
         folder = run_folder(cfg, tag)
-    except UnsafePathError as exc:
+    except ValueError as exc:  # UnsafePathError, or a data.default_reward that names no reward config
         raise UsageError(str(exc)) from None
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("per_method", None)
