@@ -650,6 +650,8 @@ def _plan_run(cfg: DictConfig, overrides: list[str]) -> _Plan:
     try:
         tag = tag_from_overrides(cfg, overrides)
         folder = run_folder(cfg, tag)
+    except OmegaConfBaseException:  # an unset ${oc.env:...} in run_tag: _task reports it as a bad value
+        raise
     except ValueError as exc:  # UnsafePathError, or a data.default_reward that names no reward config
         raise UsageError(str(exc)) from None
     resolved = OmegaConf.to_container(cfg, resolve=True)
