@@ -166,6 +166,41 @@ def setup_run_truncated_ckpt(tmp, results, tiny):
     return {"RUN": str(_run_folder(results, ckpt_files=_tiny_ckpt(tiny, "truncated")))}
 
 
+def _bad_gold(tmp: Path, rel: str, rows: str) -> dict:
+    """A data folder holding only ``rel`` (one benchmark file) with ``rows``; PSPO_DATA_DIR points at it."""
+    _write(tmp / "data" / rel, rows)
+    return {"__env__": {"PSPO_DATA_DIR": str(tmp / "data")}}
+
+
+def setup_gsm_hard_nan(tmp, results, tiny):
+    return _bad_gold(
+        tmp, "gsm_hard/gsmhardv2.jsonl", '{"input": "q", "target": 3}\n{"input": "q", "target": NaN}\n'
+    )
+
+
+def setup_gsm_hard_text(tmp, results, tiny):
+    return _bad_gold(tmp, "gsm_hard/gsmhardv2.jsonl", '{"input": "q", "target": "abc"}\n')
+
+
+def setup_gsm_hard_list(tmp, results, tiny):
+    return _bad_gold(tmp, "gsm_hard/gsmhardv2.jsonl", '{"input": "q", "target": [1, 2]}\n')
+
+
+def setup_gsm_hard_inf(tmp, results, tiny):
+    return _bad_gold(tmp, "gsm_hard/gsmhardv2.jsonl", '{"input": "q", "target": Infinity}\n')
+
+
+def setup_svamp_text(tmp, results, tiny):
+    return _bad_gold(
+        tmp, "svamp/test.jsonl", '{"ID": "chal-1", "Body": "b", "Question": "q", "Answer": "many"}\n'
+    )
+
+
+def setup_one_cell(tmp, results, tiny):
+    _cell(results, 0)
+    return {}
+
+
 # (id, module, args, setup, env, patterns that must all be in the one line). "{RUN}" and "{RESULTS}" are
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
@@ -266,6 +301,40 @@ CASES = [
     # --- class 7: messages name the key, the value and what is allowed; a bad file names file and line
     ("train-seed-negative", "train", ["model=tiny", "seed=-1"], None, None, ["seed must be an integer in [0, 4294967295], got -1"]),
     ("train-data-not-utf8", "train", ["model=tiny"], None, b'train:{"question": "q", "answer": "#### 1"}\n{"question": "\xfe"}\n', ["train.jsonl:2", "not UTF-8"]),
+    # --- issue 25 item 4: values that cannot be right are refused at the door
+    ("eval-n-samples-huge", "evaluate", ["model=tiny", "n_samples=1e9"], None, None, ["n_samples must be a positive integer <= 1024", "1000000000"]),
+    ("eval-n-samples-float", "evaluate", ["model=tiny", "n_samples=1.5"], None, None, ["n_samples must be an integer", "1.5"]),
+    ("eval-n-samples-text", "evaluate", ["model=tiny", "n_samples=abc"], None, None, ["n_samples must be an integer", "'abc'"]),
+    ("eval-max-new-tokens-huge", "evaluate", ["model=tiny", "max_new_tokens=1e9"], None, None, ["max_new_tokens must be a positive integer <= 32768", "1000000000"]),
+    ("eval-max-new-tokens-float", "evaluate", ["model=tiny", "max_new_tokens=1.5"], None, None, ["max_new_tokens must be an integer", "1.5"]),
+    ("eval-max-new-tokens-text", "evaluate", ["model=tiny", "max_new_tokens=abc"], None, None, ["max_new_tokens must be an integer", "'abc'"]),
+    ("eval-max-new-tokens-context", "evaluate", ["model=tiny", "max_new_tokens=2047", "eval.limit=2"], None, None, ["max_new_tokens=2047", "max_position_embeddings 2048", "at most"]),
+    ("eval-vllm-dtype", "evaluate", ["model=tiny", "vllm.dtype=int8"], None, None, ["vllm.dtype", "'int8'", "auto, float32, bfloat16, float16"]),
+    ("eval-device", "evaluate", ["model=tiny", "device=gpu"], None, None, ["device", "'gpu'", "auto, cpu, cuda"]),
+    ("eval-gsm-hard-nan", "evaluate", ["model=tiny", "eval=gsm_hard"], setup_gsm_hard_nan, None, ["gsmhardv2.jsonl:2", "gsm_hard", "gsm_hard/1", "nan", "a finite number"]),
+    ("eval-gsm-hard-text", "evaluate", ["model=tiny", "eval=gsm_hard"], setup_gsm_hard_text, None, ["gsm_hard/0", "'abc'", "a finite number"]),
+    ("eval-gsm-hard-list", "evaluate", ["model=tiny", "eval=gsm_hard"], setup_gsm_hard_list, None, ["gsm_hard/0", "[1, 2]", "a finite number"]),
+    ("eval-gsm-hard-inf", "evaluate", ["model=tiny", "eval=gsm_hard"], setup_gsm_hard_inf, None, ["gsm_hard/0", "inf", "a finite number"]),
+    ("eval-svamp-text", "evaluate", ["model=tiny", "eval=svamp"], setup_svamp_text, None, ["svamp", "svamp/chal-1", "'many'", "a finite number"]),
+    ("eval-gsm8k-gold-text", "evaluate", ["model=tiny"], None, 'test:{"question": "q", "answer": "so #### many"}\n', ["test.jsonl:1", "gsm8k/test/0", "'many'", "a finite number"]),
+    ("train-gsm8k-gold-nan", "train", ["model=tiny"], None, 'train:{"question": "q", "answer": "#### nan"}\n', ["train.jsonl:1", "gsm8k/train/0", "'nan'", "a finite number"]),
+    ("train-eval-on-start-maybe", "train", ["model=tiny", "trainer.eval_on_start=maybe"], None, None, ["trainer.eval_on_start must be true or false", "'maybe'"]),
+    ("train-dry-run-maybe", "train", ["model=tiny", "dry_run=maybe"], None, None, ["dry_run must be true or false", "'maybe'"]),
+    ("train-use-vllm-yes", "train", ["model=tiny", "trainer.use_vllm=yes"], None, None, ["trainer.use_vllm must be true or false", "'yes'"]),
+    ("train-skip-nonfinite-1", "train", ["model=tiny", "trainer.skip_nonfinite=1"], None, None, ["trainer.skip_nonfinite must be true or false", "got 1"]),
+    ("train-random-init-text", "train", ["model=tiny", "model.random_init=maybe"], None, None, ["model.random_init must be true or false", "'maybe'"]),
+    ("train-bf16-maybe", "train", ["model=tiny", "trainer.bf16=maybe"], None, None, ["trainer.bf16 must be auto, true or false", "'maybe'"]),
+    ("train-eval-on-start-no-eval", "train", ["model=tiny", "trainer.eval_on_start=true", "trainer.eval_steps=null"], None, None, ["trainer.eval_on_start=true", "trainer.eval_steps=null", "no validation"]),
+    ("train-dtype-int8", "train", ["model=tiny", "model.dtype=int8"], None, None, ["model.dtype must be one of auto, float32, float64, bfloat16, float16", "'int8'"]),
+    ("train-dtype-int8-opted-in", "train", ["model=tiny", "model.dtype=int8", "model.train_dtype=float32"], None, None, ["model.dtype must be one of auto, float32", "'int8'"]),
+    ("train-default-reward-unknown", "train", ["model=tiny", "data.default_reward=nope"], None, None, ["data.default_reward", "'nope'", "gsm8k_numeric"]),
+    ("agg-add-metrics-string", "aggregate", ["results_dir={RESULTS}", "add_metrics=maj@16"], setup_one_cell, None, ["add_metrics must be a list", "'maj@16'", 'add_metrics=["maj@16"]']),
+    ("agg-add-metrics-maj0", "aggregate", ["results_dir={RESULTS}", 'add_metrics=["maj@0"]'], setup_one_cell, None, ["add_metrics", "'maj@0'", "k an integer >= 1"]),
+    ("agg-add-metrics-maj-negative", "aggregate", ["results_dir={RESULTS}", 'add_metrics=["maj@-1"]'], setup_one_cell, None, ["add_metrics", "'maj@-1'", "k an integer >= 1"]),
+    ("agg-add-metrics-pass-abc", "aggregate", ["results_dir={RESULTS}", 'add_metrics=["pass@abc"]'], setup_one_cell, None, ["add_metrics", "'pass@abc'", "reward_pass@k"]),
+    ("agg-add-metrics-unknown", "aggregate", ["results_dir={RESULTS}", "add_metrics=[accuracy]"], setup_one_cell, None, ["add_metrics", "'accuracy'", "true_acc"]),
+    ("agg-paired-metrics-unknown", "aggregate", ["results_dir={RESULTS}", "paired.metrics=[true_accc]"], setup_one_cell, None, ["paired.metrics", "'true_accc'", "true_acc"]),
+    ("agg-paired-method-no-cells", "aggregate", ["results_dir={RESULTS}", "paired.pairs=[[pspo,clpi]]"], setup_one_cell, None, ["paired.pairs", "'clpi'", "no evaluation cells", "methods with cells: pspo"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
 
@@ -414,3 +483,67 @@ def test_train_tokenizer_that_cannot_load_writes_nothing(tmp_path, monkeypatch, 
     assert exc.value.code == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"error: cannot load the tokenizer of {empty}: "), lines
     assert not results.exists()
+
+
+# ---------------------------------------------------------------- issue 25 item 4, case 8: the reward names the folder
+
+
+def _train_cfg(overrides: list[str]):
+    from pspo_repro.common.cli import compose_config
+    from pspo_repro.common.paths import CONF_DIR
+
+    return compose_config(CONF_DIR, "train", overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "tag"),
+    [
+        (["data=math", "reward=math_verify"], ""),  # MATH's default reward
+        (["data=math", "reward=authors_gsm8k"], "reward_authors_gsm8k"),
+        (["data=math"], "reward_gsm8k_numeric"),  # train.yaml's reward is not MATH's default
+        (["reward=authors_gsm8k"], "reward_authors_gsm8k"),  # GSM8K's default is gsm8k_numeric
+        (["reward.funcs=[authors_gsm8k]"], "reward_authors_gsm8k"),  # by content, not by the group's name
+        (["reward=math_verify_format"], "reward_math_verify+format_w1+0.05"),
+        (["model=tiny", "reward=authors_gsm8k", "trainer.learning_rate=1e-6"], "reward_authors_gsm8k-learning_rate1e-06"),
+        (["experiment=paper_qwen2p5_0p5b"], ""),  # the experiment's reward is its default
+        (["experiment=paper_qwen2p5_0p5b", "reward=gsm8k_numeric"], "reward_gsm8k_numeric"),
+        (["experiment=alpha_ablation", "reward=gsm8k_numeric"], "alpha_ablation-reward_gsm8k_numeric"),
+        (["experiment=mini"], ""),
+    ],
+)  # fmt: skip
+def test_a_reward_other_than_the_data_default_gets_its_own_folder(overrides, tag):
+    """Runs whose reward is not their data config's ``default_reward`` never share a folder with the
+    default-reward runs (``reward=authors_gsm8k data=math`` used to land in ``data=math``'s folder)."""
+    from pspo_repro.common.run_dir import run_folder, tag_from_overrides
+
+    cfg = _train_cfg(overrides)
+    assert tag_from_overrides(cfg, overrides) == tag
+    default = _train_cfg([o for o in overrides if not o.startswith(("reward", "trainer."))])
+    if tag:
+        assert run_folder(cfg, tag_from_overrides(cfg, overrides)) != run_folder(default, "")
+
+
+def test_default_reward_is_no_part_of_the_identity_and_committed_runs_keep_their_folders():
+    """``data.default_reward`` names folders only: a committed mini run reopens with the same tag and the
+    same stored data/reward identity (else every finished run would read as another configuration)."""
+    from omegaconf import OmegaConf
+
+    from pspo_repro.common.run_dir import identity_config, tag_from_overrides
+
+    # one seed of every committed (method, tag) folder kind, in results/mini and results/study
+    kinds = {
+        (p.parents[1], p.parent.name.partition("-")[2]): p
+        for p in PROJECT.glob("results/*/runs/*/*/seed*/run.json")
+    }
+    runs = sorted(kinds.values())
+    if not runs:
+        pytest.skip("no committed mini runs in this checkout")
+    for path in runs:
+        info = json.loads(path.read_text())
+        cfg = _train_cfg(info["overrides"])
+        identity = identity_config(OmegaConf.to_container(cfg, resolve=True))
+        assert tag_from_overrides(cfg, info["overrides"]) == info["tag"], path
+        assert (identity["data"], identity["reward"]) == (
+            info["identity"]["data"],
+            info["identity"]["reward"],
+        )

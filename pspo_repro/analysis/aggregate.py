@@ -87,6 +87,9 @@ def validate(cfg: DictConfig) -> None:
             check_number("ablation.step", cfg.ablation.step, int, low=1)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    check_metric_names("add_metrics", cfg.add_metrics or [])
+    check_metric_names("paired.metrics", cfg.paired.metrics or [])
+    check_metric_names("metrics", list(cfg.metrics or {}))
     pairs = cfg.paired.pairs or []
     for pair in pairs:
         if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
@@ -99,6 +102,37 @@ def validate(cfg: DictConfig) -> None:
 
     if cfg.curves.x not in CURVE_X:
         raise ConfigError(f"curves.x must be one of {', '.join(CURVE_X)}, got {cfg.curves.x!r}")
+
+
+def check_metric_names(key: str, names) -> None:
+    """``names`` must be a list of metric keys a cell can hold (``metrics.is_metric_name``), else ConfigError.
+    A bare ``add_metrics=maj@16`` is one string, which would be read one character at a time."""
+    from pspo_repro.evaluation.metrics import K_METRICS, NAMED_METRICS, is_metric_name
+
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ConfigError(
+            f'{key} must be a list of metric names, got {names!r}; write {key}=["{names}"] (the quotes keep "@")'
+        )
+    for name in names:
+        if not isinstance(name, str) or not is_metric_name(name):
+            families = ", ".join(f"{f}@k" for f in K_METRICS)
+            raise ConfigError(
+                f"{key}: unknown metric {name!r}; known: {', '.join(NAMED_METRICS)}, and {families} "
+                "with k an integer >= 1"
+            )
+
+
+def check_pairs_have_cells(pairs, cells: pd.DataFrame) -> None:
+    """Every method a paired comparison names must have evaluation cells (ConfigError naming those that do):
+    a misspelt method would otherwise give empty paired tables and exit 0."""
+    have = sorted(set(cells["method"].astype(str)))
+    for a, b in pairs:
+        for method in (str(a), str(b)):
+            if method not in have:
+                raise ConfigError(
+                    f"paired.pairs pair [{a}, {b}] names {method!r}, which has no evaluation cells; "
+                    f"methods with cells: {', '.join(have)}"
+                )
 
 
 def names_from(cfg: DictConfig) -> Names:
@@ -221,6 +255,7 @@ def paired_outputs(cfg: DictConfig, cells: pd.DataFrame, long: pd.DataFrame, out
     """``paired_{a}_vs_{b}_{metric}.md/.csv`` for every configured pair and metric."""
     from pspo_repro.analysis.paired import paired_frame, paired_markdown
 
+    check_pairs_have_cells(cfg.paired.pairs or [], cells)
     for a, b in cfg.paired.pairs or []:
         for metric in cfg.paired.metrics:
             if not (long["metric"] == metric).any():

@@ -2,7 +2,8 @@
 
 ``results/runs/{model}/{method}/seed{seed}[-{tag}]/``. The tag is empty for default hyperparameters; else a
 short stable string of the ``method.*`` / ``trainer.*`` keys overridden on the command line (values taken
-from the resolved config, so ``1e-6`` and ``0.000001`` give the same folder), prefixed by ``run_tag``.
+from the resolved config, so ``1e-6`` and ``0.000001`` give the same folder), prefixed by ``run_tag`` and,
+when the reward is not the data config's ``default_reward``, by ``reward_<funcs>``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json, write_text
-from pspo_repro.common.paths import results_dir
+from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.redact import redact
 from pspo_repro.common.safe_paths import check_name, results_path, seed_folder
 
@@ -50,8 +51,36 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _reward_of(node: Any) -> tuple[list[str], list[float]]:
+    """A reward config's functions and weights (null weights: 1.0 each, TRL's default)."""
+    funcs = [str(f) for f in (node.get("funcs") or [])]
+    weights = node.get("weights")
+    return funcs, [float(w) for w in weights] if weights is not None else [1.0] * len(funcs)
+
+
+def reward_tag(cfg: DictConfig) -> str:
+    """``""`` when the run's reward is its data's ``default_reward`` (or the data names none), else
+    ``reward_<funcs>[_w<weights>]``: a run with another reward (``reward=authors_gsm8k data=math``) must
+    not share a folder with the default-reward runs. ValueError when the default names no reward config."""
+    name = OmegaConf.select(cfg, "data.default_reward")
+    if not name:
+        return ""
+    path = CONF_DIR / "reward" / f"{name}.yaml"
+    if not path.is_file():
+        options = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise ValueError(f"data.default_reward {name!r} is not a reward config; options: {options}")
+    funcs, weights = _reward_of(cfg.reward)
+    if (funcs, weights) == _reward_of(OmegaConf.load(path)):
+        return ""
+    tag = f"reward_{_fmt(funcs)}"
+    if weights != [1.0] * len(funcs):
+        tag += f"_w{_fmt(weights)}"
+    return re.sub(r"[^A-Za-z0-9_.+-]", "", tag)
+
+
 def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
-    """The folder tag: ``run_tag`` plus ``{key}{value}`` for each overridden method/trainer key, sorted."""
+    """The folder tag: ``run_tag``, ``reward_tag`` and ``{key}{value}`` for each overridden method/trainer
+    key, sorted."""
     keys = set()
     for ov in overrides:
         key = ov.split("=", 1)[0].lstrip("+~")
@@ -63,7 +92,7 @@ def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
     tag = re.sub(r"[^A-Za-z0-9_.+-]", "", tag)
     if len(tag) > _MAX_TAG:  # long sweeps: a readable head and a hash of the whole
         tag = f"{tag[:32]}-h{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
-    return "-".join(t for t in (cfg.get("run_tag") or "", tag) if t)
+    return "-".join(t for t in (cfg.get("run_tag") or "", reward_tag(cfg), tag) if t)
 
 
 def run_folder(cfg: DictConfig, tag: str) -> Path:
@@ -86,6 +115,8 @@ def run_folder(cfg: DictConfig, tag: str) -> Path:
 def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:
     """The part of the resolved config that defines what a run learns (for the reopen check)."""
     keep = {k: resolved.get(k) for k in ("model", "method", "reward", "data", "seed", "run_tag")}
+    if isinstance(keep["data"], dict):  # default_reward names the folder (reward_tag), not what is learned
+        keep["data"] = {k: v for k, v in keep["data"].items() if k != "default_reward"}
     keep["trainer"] = {k: v for k, v in resolved.get("trainer", {}).items() if k not in INFRA_TRAINER_KEYS}
     return keep
 

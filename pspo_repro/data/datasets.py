@@ -21,7 +21,7 @@ import numpy as np
 
 from pspo_repro.common.paths import data_dir
 from pspo_repro.data import synthetic
-from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, numeric_gold
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +78,6 @@ def last_boxed(text: str) -> str | None:
     return best.strip() if best is not None else None
 
 
-def _number_str(value: Any) -> str:
-    """A gold number as a plain string: 145.0 -> '145', 2.5 -> '2.5' (floats from JSON)."""
-    if isinstance(value, bool):
-        raise TypeError("boolean is not a number")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
-    return str(value).strip()
-
-
 _ASDIV_NUM = re.compile(r"^\s*([-+]?[\d,]*\.?\d+(?:/\d+)?)\s*(?:\(.*\))?\s*$")
 # A sign before a value in parentheses: "-(1/3)" is -1/3 (one ASDiv row; stripping "(1/3)" as a unit left "-").
 _ASDIV_SIGNED = re.compile(r"^\s*([-+])\s*\(\s*(\d+(?:\.\d+)?(?:/\d+)?)\s*\)\s*$")
@@ -105,8 +94,9 @@ def _gsm8k_row(split: str) -> RowFn:
         solution = _field(row, "answer", source, line)
         if "####" not in solution:
             raise DataError(f"{source}:{line}: 'answer' field has no '####' final answer")
-        gold = solution.rsplit("####", 1)[1].strip().replace(",", "")
-        return Problem(f"gsm8k/{split}/{line - 1}", question, gold, "numeric", solution)
+        pid = f"gsm8k/{split}/{line - 1}"
+        gold = numeric_gold(solution.rsplit("####", 1)[1].strip().replace(",", ""), pid, source, line)
+        return Problem(pid, question, gold, "numeric", solution)
 
     return row_fn
 
@@ -142,7 +132,7 @@ def _svamp_row(row: dict[str, Any], source: str, line: int) -> Problem:
     return Problem(
         f"svamp/{rid}",
         f"{body.strip()} {question.strip()}",
-        _number_str(answer),
+        numeric_gold(answer, f"svamp/{rid}", source, line),
         "numeric",
         row.get("Equation"),
         authors_gold=str(answer),
@@ -207,7 +197,8 @@ def _gsm_hard_row(row: dict[str, Any], source: str, line: int) -> Problem:
     target = row.get("target")
     if target is None:
         raise DataError(f"{source}:{line}: row has no 'target' field")
-    return Problem(f"gsm_hard/{line - 1}", question, _number_str(target), "numeric", row.get("code"))
+    pid = f"gsm_hard/{line - 1}"
+    return Problem(pid, question, numeric_gold(target, pid, source, line), "numeric", row.get("code"))
 
 
 # ---------------------------------------------------------------- hub loaders (need network; untested here)

@@ -30,6 +30,33 @@ class Problem:
     authors_gold: str | None = None
 
 
+def numeric_gold(value: Any, pid: str, source: str, line: int) -> str:
+    """A numeric gold as a plain string (145.0 -> '145', 2.5 -> '2.5', ' 7 ' -> '7').
+
+    NaN, infinity, text that is no number, a list or a boolean is refused with a DataError naming the
+    file and line, the dataset, the row id and the value: graded as the string 'nan' or '[1, 2]' every
+    answer to that row would count as wrong, silently.
+    """
+    import math
+
+    text = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        text = str(int(value)) if value.is_integer() else repr(value)
+    elif isinstance(value, str):
+        try:
+            text = value.strip() if math.isfinite(float(value)) else None
+        except ValueError:
+            text = None
+    if text is None:
+        raise DataError(
+            f"{source}:{line}: {pid.split('/', 1)[0]} row {pid}: gold {value!r:.40} is not a finite number "
+            "(a numeric gold must be a finite number such as 145, 2.5 or '145')"
+        )
+    return text
+
+
 # A row reader gets (row, source, line) and returns a Problem (None: skip a documented bad row);
 # ``source``/``line`` only feed error messages.
 RowFn = Callable[[dict[str, Any], str, int], "Problem | None"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pspo_repro.common.atomic import atomic_open
-from pspo_repro.data.problems import DataError, DatasetSpec, Problem
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem, numeric_gold
 
 SPLITS = ("train", "validation", "test")
 DEFAULT_SIZES = {"train": 2000, "validation": 200, "test": 200}
@@ -269,8 +269,9 @@ def _row_fn(split: str, task: str = "synthetic") -> Callable[[dict[str, Any], st
         question, solution = row.get("question"), row.get("answer")
         if not question or not solution or "####" not in solution:
             raise DataError(f"{source}:{line}: synthetic row needs 'question' and an 'answer' with '####'")
-        gold = solution.rsplit("####", 1)[1].strip().replace(",", "")
-        return Problem(f"{task}/{split}/{line - 1}", question, gold, "numeric", solution)
+        pid = f"{task}/{split}/{line - 1}"
+        gold = numeric_gold(solution.rsplit("####", 1)[1].strip().replace(",", ""), pid, source, line)
+        return Problem(pid, question, gold, "numeric", solution)
 
     return row_fn
 

@@ -275,6 +275,28 @@ def _number(key: str, value: Any, kind: type = float) -> Any:
     return int(x) if kind is int else x
 
 
+# Upper bounds checked before anything loads: a typo such as n_samples=1e9 would otherwise pass as an
+# integer, load the model and generate for ever. 1024 samples per prompt is 64 times the paper's 16 and
+# already ~1.3M completions for GSM8K's 1319 prompts (every one is kept in the cell's completions file);
+# 32768 tokens is the longest context of the models this project trains (Qwen2.5's max_position_embeddings).
+# A loadable checkpoint is held to its own context later (``check_context``), still before it loads.
+MAX_SAMPLES = 1024
+MAX_NEW_TOKENS = 32768
+LIMIT_WHY = {
+    "n_samples": " (samples per prompt at T > 0; the paper uses 16)",
+    "max_new_tokens": " (the longest context of this project's models)",
+}
+# Parameter dtypes both backends take (hf's table, and names vLLM reads the same way).
+EVAL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """``value`` must be one of ``allowed`` (a one-line EvalError naming the key, the value and the list)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise EvalError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+
+
 def validate(cfg: Any) -> tuple[list[str], list[float]]:
     """Dataset names and temperatures after checking every setting (raises EvalError)."""
     datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
@@ -292,7 +314,11 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     labels = [f"{t:.1f}" for t in temps]
     if len(set(labels)) != len(labels):
         raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
-    for key in ("n_samples", "max_new_tokens", "chunk_size", "batch_size", "sampling_seed"):
+    for key, high in (("n_samples", MAX_SAMPLES), ("max_new_tokens", MAX_NEW_TOKENS)):
+        v = _number(key, cfg[key], int)
+        if not 1 <= v <= high:
+            raise EvalError(f"{key} must be a positive integer <= {high}{LIMIT_WHY[key]}, got {cfg[key]!r}")
+    for key in ("chunk_size", "batch_size", "sampling_seed"):
         if key == "chunk_size" and cfg[key] is None:
             continue  # the backend's default (CHUNK_SIZE)
         v = _number(key, cfg[key], int)
@@ -300,6 +326,11 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
             raise EvalError(
                 f"{key} must be a {'non-negative' if key == 'sampling_seed' else 'positive'} integer, got {v}"
             )
+    max_model_len = cfg.vllm.get("max_model_len")
+    if max_model_len is not None and _number("vllm.max_model_len", max_model_len, int) < 1:
+        raise EvalError(f"vllm.max_model_len must be a positive integer or null, got {max_model_len}")
+    _check_choice("vllm.dtype", cfg.vllm.get("dtype", "auto"), EVAL_DTYPES)
+    _check_choice("device", cfg.device, DEVICES)
     if not 0 < _number("top_p", cfg.top_p) <= 1:
         raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
     top_k = cfg.eval.get("top_k")
@@ -592,9 +623,12 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
     # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
     # offline) is a one-line error with nothing written.
     tokenizer = _load_tokenizer(target.checkpoint) if cells else None
+    pending = {c.dataset for c in cells}
+    encoded = {n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in pending}
+    check_context(cfg, target.checkpoint, backend_name, encoded)  # before any lock or model
     with contextlib.ExitStack() as locks:
         cells = _lock_cells(cells, locks)
-        _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer)
+        _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded)
 
     results = []
     for name in datasets:
@@ -602,6 +636,47 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
             results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
     print_table(results)
     return results
+
+
+def encode_prompts(tokenizer: Any, problems: list[Problem], template: str) -> tuple[list[str], list[tuple]]:
+    """Each problem's rendered prompt and its token ids (no special tokens added: the template has them)."""
+    from pspo_repro.data.prompts import render_prompt
+
+    prompts = [render_prompt(tokenizer, p.question, template) for p in problems]
+    return prompts, [tuple(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in prompts]
+
+
+def context_limit(checkpoint: str, backend_name: str, cfg: Any) -> tuple[int, str] | None:
+    """The most tokens (prompt + completion) the model takes and what says so: the checkpoint's
+    ``max_position_embeddings`` (read from its config.json, without loading it) and, for vLLM,
+    ``vllm.max_model_len``; None when neither is known (a hub id: ``MAX_NEW_TOKENS`` bounds it)."""
+    limits = []
+    config = Path(checkpoint) / "config.json"
+    try:
+        n = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        n = None
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        limits.append((n, f"{checkpoint}'s max_position_embeddings {n}"))
+    if backend_name == "vllm" and cfg.vllm.get("max_model_len") is not None:
+        limits.append((int(cfg.vllm.max_model_len), f"vllm.max_model_len {int(cfg.vllm.max_model_len)}"))
+    return min(limits) if limits else None
+
+
+def check_context(cfg: Any, checkpoint: str, backend_name: str, encoded: dict[str, tuple]) -> None:
+    """The longest prompt plus ``max_new_tokens`` must fit the model's context (EvalError naming both):
+    past it generation fails after the model has loaded, or runs on positions it never learned."""
+    limit = context_limit(checkpoint, backend_name, cfg)
+    if limit is None or not encoded:
+        return
+    n, source = limit
+    longest, name = max((max((len(ids) for ids in e[1]), default=0), ds) for ds, e in encoded.items())
+    wanted = int(cfg.max_new_tokens)
+    if longest + wanted > n:
+        raise EvalError(
+            f"max_new_tokens={wanted} does not fit: the longest {name} prompt is {longest} tokens and "
+            f"{source}, so max_new_tokens can be at most {max(n - longest, 0)}"
+        )
 
 
 def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
@@ -628,12 +703,12 @@ def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
     return pending
 
 
-def _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer) -> None:
-    """Generate, grade and write every pending cell (the model loads once, only if a cell is pending)."""
+def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> None:
+    """Generate, grade and write every pending cell (the model loads once, only if a cell is pending);
+    ``encoded``: each pending dataset's prompts and their token ids (``encode_prompts``)."""
     from omegaconf import OmegaConf
     from tqdm.auto import tqdm
 
-    from pspo_repro.data.prompts import render_prompt
     from pspo_repro.evaluation.backends import Request, make_backend, request_seed
 
     if cells:
@@ -654,8 +729,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, tokenizer) -> N
             wanted = {p.id for p in problems}
             for c in ds_cells:
                 c.done = read_partial(c.paths["partial"], c.header, wanted)
-            prompts = [render_prompt(tokenizer, p.question, str(cfg.prompt_template)) for p in problems]
-            prompt_ids = [tuple(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in prompts]
+            prompts, prompt_ids = encoded[name]
             size = int(cfg.chunk_size) if cfg.chunk_size is not None else CHUNK_SIZE[backend_name]
             bar = tqdm(
                 total=len(problems) * len(ds_cells), desc=f"{name} T={[c.temperature for c in ds_cells]}"

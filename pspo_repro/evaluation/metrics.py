@@ -81,6 +81,24 @@ def maj_correct(answers: Sequence[str | None], flags: Sequence[int]) -> int:
     return int(next(f for a, f in zip(answers, flags, strict=True) if a == winner))
 
 
+# The metric keys a cell can hold (``cell_metrics``): these names, and ``<family>@k`` of these families.
+NAMED_METRICS = (
+    "true_acc", "reward_acc", "authors_acc", "reward_maj", "true_maj", "mean_length", "reward_top1",
+    "true_top1", "reward_best_of_n", "true_best_of_n", "agreement", "unique_answers", "reward_corr",
+    "grading_timeouts", "grading_errors",
+)  # fmt: skip
+K_METRICS = ("maj", "reward_pass", "true_pass", "authors_pass")
+
+
+def is_metric_name(name: str) -> bool:
+    """Whether ``name`` is a metric key a cell can hold: one of ``NAMED_METRICS`` or ``<family>@k`` for a
+    family of ``K_METRICS`` and k an integer >= 1 written plainly (``maj@16``; not ``maj@0``, ``maj@abc``)."""
+    family, at, k = name.partition("@")
+    if at:
+        return family in K_METRICS and k.isdigit() and k.isascii() and not k.startswith("0")
+    return name in NAMED_METRICS
+
+
 def has_samples(row: dict[str, Any]) -> bool:
     """Whether a per-prompt row carries the per-sample lists (cells written before they existed do not)."""
     return all(f in row for f in SAMPLE_FIELDS)

@@ -38,7 +38,6 @@ from pspo_repro.common.run_dir import (
     truncate_metrics,
     write_run_json,
 )
-from pspo_repro.common.safe_paths import UnsafePathError
 
 log = logging.getLogger("pspo_repro.train")
 # A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
@@ -220,6 +219,7 @@ def validate(cfg: DictConfig):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     validate_trainer(cfg)
+    validate_flags(cfg)
     t = cfg.trainer
     G = t.num_generations
     if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % G:
@@ -274,6 +274,42 @@ def _num(key: str, value: Any, kind: type = float, *, low: float, high: float | 
         ok = (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
         raise UsageError(f"{key} must be {what}, got {value!r}")
+
+
+# Settings that are booleans. Hydra passes ``trainer.eval_on_start=maybe`` (or ``yes``, ``1``) through as
+# that string or number, which ``bool()`` reads as true: only true and false are accepted.
+BOOL_KEYS = (
+    "dry_run",
+    "trainer.eval_on_start",
+    "trainer.mask_truncated_completions",
+    "trainer.gradient_checkpointing",
+    "trainer.log_completions",
+    "trainer.disable_tqdm",
+    "trainer.use_vllm",
+    "trainer.vllm_importance_sampling_correction",
+    "trainer.skip_nonfinite",
+    "model.random_init",
+    "model.trust_remote_code",
+)
+_ABSENT = object()
+
+
+def validate_flags(cfg: DictConfig) -> None:
+    """Boolean settings are true or false (``trainer.bf16`` also ``auto``), and ``trainer.eval_on_start``
+    needs validation to be on; a key a config does not have is left alone."""
+    for key in BOOL_KEYS:
+        value = OmegaConf.select(cfg, key, default=_ABSENT)
+        if value is not _ABSENT and not isinstance(value, bool):
+            raise UsageError(f"{key} must be true or false, got {value!r}")
+    bf16 = cfg.trainer.get("bf16", "auto")
+    if bf16 != "auto" and not isinstance(bf16, bool):
+        raise UsageError(f"trainer.bf16 must be auto, true or false, got {bf16!r}")
+    if cfg.trainer.get("eval_on_start") and not cfg.trainer.get("eval_steps"):
+        # HF validates only with an eval strategy: the step-0 point would silently not be logged.
+        raise UsageError(
+            "trainer.eval_on_start=true needs validation, but trainer.eval_steps=null means no validation; "
+            "set trainer.eval_steps or trainer.eval_on_start=false"
+        )
 
 
 def validate_trainer(cfg: DictConfig) -> None:
@@ -611,10 +647,12 @@ def _plan_run(cfg: DictConfig, overrides: list[str]) -> _Plan:
     apply_run_length(cfg, overrides)
     method = validate(cfg)
     train_rows, val_rows = load_data(cfg)
-    tag = tag_from_overrides(cfg, overrides)
     try:
+        tag = tag_from_overrides(cfg, overrides)
         folder = run_folder(cfg, tag)
-    except UnsafePathError as exc:
+    except OmegaConfBaseException:  # an unset ${oc.env:...} in run_tag: _task reports it as a bad value
+        raise
+    except ValueError as exc:  # UnsafePathError, or a data.default_reward that names no reward config
         raise UsageError(str(exc)) from None
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.pop("per_method", None)

@@ -62,6 +62,9 @@ def train_dtype_name(model_cfg: Any) -> str:
     float32. A dtype below float32 without the opt-in raises ValueError (one line naming ``model.dtype``).
     """
     allowed = ("auto", *FULL_PRECISION, *LOW_PRECISION)
+    name = model_cfg.get("dtype") or "auto"
+    if name not in allowed:  # checked with the opt-in too: a dtype no loader takes is a typo either way
+        raise ValueError(f"model.dtype must be one of {', '.join(allowed)}, got {name!r}")
     opt_in = model_cfg.get("train_dtype")
     if opt_in is not None:
         if opt_in not in allowed[1:]:
@@ -69,9 +72,6 @@ def train_dtype_name(model_cfg: Any) -> str:
                 f"model.train_dtype must be null or one of {', '.join(allowed[1:])}, got {opt_in!r}"
             )
         return str(opt_in)
-    name = model_cfg.get("dtype") or "auto"
-    if name not in allowed:
-        raise ValueError(f"model.dtype must be one of {', '.join(allowed)}, got {name!r}")
     if name in LOW_PRECISION:
         raise ValueError(
             f"model.dtype={name} would train {name} parameters, whose AdamW updates at lr ~1e-6 mostly round "

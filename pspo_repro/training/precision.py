@@ -20,6 +20,7 @@ RUN_OVERRIDES = (
     "trainer.learning_rate=1e-6",
     "trainer.warmup_steps=0",
     "trainer.eval_steps=null",
+    "trainer.eval_on_start=false",  # no validation to start with (experiment=mini turns it on)
     "trainer.save_steps=100000",
     "trainer.token_budget=null",
     "trainer.num_generations=4",
