@@ -245,7 +245,14 @@ def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
     sel = _run_groups(rec, spec["a"])
     val = sel[sel["metric"] == "eval/reward"]
     last = {int(s): int(r["step"].max()) for s, r in val.groupby("seed")}
-    step = int(spec.get("step") or min(last.values()))
+    # The alpha table's step (pipelines.mini.ablation_step): the last multiple of the validation interval
+    # that every run reached (token budgets end runs a few steps apart; the paper reads step 250).
+    every = {int(json.loads((Path(d) / "run.json").read_text())["config"]["trainer"]["eval_steps"])
+             for d in sel["run_dir"].unique()}  # fmt: skip
+    if len(every) != 1:
+        raise ClaimsError(f"{spec['id']}: the runs of {spec['a']} validate at different intervals {sorted(every)}")
+    (interval,) = every
+    step = int(spec.get("step") or min(last.values()) // interval * interval)
     at = val[val["step"] == step]
     seeds = {int(r["seed"]): float(r["value"]) for r in at.to_dict("records")}
     if len(seeds) != len(last):
