@@ -44,8 +44,8 @@ lint: env
 mini: env
 	$(PY) -m pspo_repro.mini $(MINI_ARGS)
 
-# The trust-region regime study (conf/study.yaml: all methods off-policy, the PSPO/noclip tie, the alpha
-# ablation) into results/study: the same pipeline, a larger grid. Extra settings: STUDY_ARGS='...'.
+# The claims study (conf/study.yaml; results/study/claims.md: each claim of the paper, its toy experiment,
+# numbers and verdict): the same pipeline, a larger grid, ~49 minutes on 2 cores. Extra: STUDY_ARGS='...'.
 study: env
 	$(PY) -m pspo_repro.mini --config-name study $(STUDY_ARGS)
 
