@@ -529,6 +529,7 @@ def test_default_reward_is_no_part_of_the_identity_and_committed_runs_keep_their
     from omegaconf import OmegaConf
 
     from pspo_repro.common.run_dir import identity_config, tag_from_overrides
+    from pspo_repro.training.grpo import apply_per_method
 
     # one seed of every committed (method, tag) folder kind, in results/mini and results/study
     kinds = {
@@ -541,6 +542,7 @@ def test_default_reward_is_no_part_of_the_identity_and_committed_runs_keep_their
     for path in runs:
         info = json.loads(path.read_text())
         cfg = _train_cfg(info["overrides"])
+        apply_per_method(cfg, info["overrides"])  # variant=as_run adds its run_tag as training does
         identity = identity_config(OmegaConf.to_container(cfg, resolve=True))
         assert tag_from_overrides(cfg, info["overrides"]) == info["tag"], path
         assert (identity["data"], identity["reward"]) == (

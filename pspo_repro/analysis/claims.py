@@ -99,6 +99,7 @@ class Records:
 
     @classmethod
     def read(cls, root: Path) -> Records:
+        """Read the evaluation cells (long table) and the runs' metrics under ``root``."""
         cells = load_eval_cells(root)
         evals = eval_long(cells) if not cells.empty else pd.DataFrame()
         runs, metrics = load_runs(root)
@@ -150,6 +151,7 @@ def _interval_text(iv: Interval, signed: bool) -> str:
 
 
 def m_accuracy(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``accuracy``: a run group's per-seed accuracy, mean and t interval over seeds."""
     metric = spec.get("metric", "true_acc")
     sel = rec.cells(spec["a"], metric)
     seeds = dict(zip(sel["seed"].astype(int), sel["value"].astype(float), strict=True))
@@ -160,6 +162,7 @@ def m_accuracy(rec: Records, spec: dict[str, Any]) -> Measured:
 
 
 def m_compare(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``compare``: A minus B, seed-paired (t interval) and per prompt (paired bootstrap)."""
     metric = spec.get("metric", "true_acc")
     a, b = rec.cells(spec["a"], metric), rec.cells(spec["b"], metric)
     va = dict(zip(a["seed"].astype(int), a["value"].astype(float), strict=True))
@@ -212,6 +215,7 @@ def _run_groups(rec: Records, g: dict[str, Any]) -> pd.DataFrame:
 
 
 def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``run_stat``: a metrics.jsonl statistic per run (mean or min over its steps), mean over seeds."""
     key, steps, agg = spec["stat"], spec.get("steps", "all"), spec.get("agg", "mean")
     sel = _run_groups(rec, spec["a"])
     seeds: dict[int, float] = {}
@@ -242,6 +246,7 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
 
 
 def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``val_reward``: validation reward per seed at the alpha table's step."""
     sel = _run_groups(rec, spec["a"])
     val = sel[sel["metric"] == "eval/reward"]
     last = {int(s): int(r["step"].max()) for s, r in val.groupby("seed")}
@@ -250,7 +255,9 @@ def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
     every = {int(json.loads((Path(d) / "run.json").read_text())["config"]["trainer"]["eval_steps"])
              for d in sel["run_dir"].unique()}  # fmt: skip
     if len(every) != 1:
-        raise ClaimsError(f"{spec['id']}: the runs of {spec['a']} validate at different intervals {sorted(every)}")
+        raise ClaimsError(
+            f"{spec['id']}: the runs of {spec['a']} validate at different intervals {sorted(every)}"
+        )
     (interval,) = every
     step = int(spec.get("step") or min(last.values()) // interval * interval)
     at = val[val["step"] == step]
