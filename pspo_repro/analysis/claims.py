@@ -59,6 +59,7 @@ from omegaconf import OmegaConf
 from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs, prompt_values
 from pspo_repro.analysis.stats import Interval, paired_comparison, t_interval
 from pspo_repro.common.atomic import atomic_open
+from pspo_repro.common.cli import parse_key_values
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
 KINDS = ("accuracy", "compare", "run_stat", "val_reward")
@@ -464,19 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m pspo_repro.claims results_dir=... out_dir=... [spec=...]``; returns the exit code."""
     from pspo_repro.common.paths import CONF_DIR
 
-    args: dict[str, str] = {}
-    for item in sys.argv[1:] if argv is None else argv:
-        key, sep, value = item.partition("=")
-        if not sep or key not in KEYS:
-            print(
-                f"error: bad argument {item!r}; expected key=value with key in {', '.join(KEYS)}",
-                file=sys.stderr,
-            )
-            return 2
-        args[key] = value
-    missing = [k for k in ("results_dir", "out_dir") if not args.get(k)]
-    if missing:
-        print(f"error: {', '.join(missing)} required (key=<folder>)", file=sys.stderr)
+    args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
+    if isinstance(args, str):
+        print(f"error: {args}", file=sys.stderr)
         return 2
     spec = Path(args.get("spec") or CONF_DIR / "claims.yaml")
     if not spec.is_file():

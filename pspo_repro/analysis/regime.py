@@ -36,6 +36,7 @@ from typing import Any
 
 from pspo_repro.analysis.stats import t_interval
 from pspo_repro.common.atomic import atomic_open
+from pspo_repro.common.cli import parse_key_values
 
 log = logging.getLogger(__name__)
 COLLAPSE_RATIO = 0.5
@@ -211,19 +212,9 @@ KEYS = ("results_dir", "out_dir", "tag", "name")
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pspo_repro.regime results_dir=... out_dir=... [tag=...] [name=...]``; returns the exit code."""
-    args: dict[str, str] = {}
-    for item in sys.argv[1:] if argv is None else argv:
-        key, sep, value = item.partition("=")
-        if not sep or key not in KEYS:
-            print(
-                f"error: bad argument {item!r}; expected key=value with key in {', '.join(KEYS)}",
-                file=sys.stderr,
-            )
-            return 2
-        args[key] = value
-    missing = [k for k in ("results_dir", "out_dir") if not args.get(k)]
-    if missing:
-        print(f"error: {', '.join(missing)} required (key=<folder>)", file=sys.stderr)
+    args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
+    if isinstance(args, str):
+        print(f"error: {args}", file=sys.stderr)
         return 2
     try:
         paths = write(

@@ -192,3 +192,22 @@ def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str])
     err = compose_error(config_dir, config_name, overrides)
     if err:
         fail(err)
+
+
+def parse_key_values(
+    argv: list[str], keys: tuple[str, ...], required: tuple[str, ...]
+) -> dict[str, str] | str:
+    """``key=value`` arguments of a small command (regime, claims): the values, or the one-line error.
+
+    Every key must be one of ``keys`` and every ``required`` key must have a non-empty value.
+    """
+    args: dict[str, str] = {}
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if not sep or key not in keys:
+            return f"bad argument {item!r}; expected key=value with key in {', '.join(keys)}"
+        args[key] = value
+    missing = [k for k in required if not args.get(k)]
+    if missing:
+        return f"{', '.join(missing)} required (key=<folder>)"
+    return args
