@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: env test test-fast lint mini study bench env-vllm test-vllm
+.PHONY: env test test-fast lint mini study leaderboard bench env-vllm test-vllm
 
 env:
 	@bash scripts/setup_env.sh
@@ -48,6 +48,11 @@ mini: env
 # numbers and verdict): the same pipeline, a larger grid, ~49 minutes on 2 cores. Extra: STUDY_ARGS='...'.
 study: env
 	$(PY) -m pspo_repro.mini --config-name study $(STUDY_ARGS)
+
+# The policy-loss leaderboard (conf/leaderboard.yaml; results/leaderboard/leaderboard.md): every registered
+# method x 3 seeds in the learning and the stale-mini-batch regime, one token budget. Extra: LEADERBOARD_ARGS='...'.
+leaderboard: env
+	$(PY) -m pspo_repro.mini --config-name leaderboard $(LEADERBOARD_ARGS)
 
 # The three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation).
 bench: env

@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.run_dir import INFRA_TRAINER_KEYS
+from pspo_repro.methods.registry import list_methods
 from pspo_repro.pipelines import mini_committed
 from pspo_repro.training.sft import PROGRESS
 
@@ -45,6 +46,15 @@ log = logging.getLogger("pspo_repro.mini")
 STAGES = ("data", "sft", "rl", "eval", "aggregate")
 MODEL_NAME = "mini_sft"  # conf/model/mini_sft.yaml: the run folders' model component
 POLL_S = 2.0
+
+
+def registered_methods() -> list[str]:
+    """Every method of the registry, sorted: ``${registered_methods:}`` in a pipeline config (the leaderboard's
+    grid), so a method added to the registry (docs/adding_a_method.md) joins the next run with no other edit."""
+    return sorted(list_methods())
+
+
+OmegaConf.register_new_resolver("registered_methods", registered_methods, replace=True)
 
 
 class StageError(RuntimeError):
@@ -220,8 +230,15 @@ def sft_cmd(cfg: DictConfig, root: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def _sweep_text(value: Any) -> str:
+    """A sweep value as Hydra's comma list (a list, e.g. ``${registered_methods:}``, is joined)."""
+    if OmegaConf.is_list(value) or isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def _sweep_values(value: Any) -> list[str]:
-    return [v.strip() for v in str(value).split(",")]
+    return [v.strip() for v in _sweep_text(value).split(",")]
 
 
 def group_seeds(cfg: DictConfig, group: DictConfig) -> list[int]:
@@ -278,7 +295,7 @@ def rl_jobs(cfg: DictConfig, root: Path) -> list[Job]:
             f"experiment={group.get('experiment') or cfg.rl.experiment}",
             f"data.prompt_template={cfg.prompt_template}",
             *([f"run_tag={group.tag}"] if group.get("tag") else []),
-            *[f"{k}={v}" for k, v in group.sweep.items()],
+            *[f"{k}={_sweep_text(v)}" for k, v in group.sweep.items()],
             f"seed={seeds}",
             f"hydra/launcher={cfg.rl.launcher}",
             f"hydra.sweep.dir={root / 'work' / 'hydra' / f'rl-{group.name}'}",
@@ -521,10 +538,21 @@ def claims_cmds(cfg: DictConfig, root: Path) -> list[Job]:
     return [Job("claims", cmd, log=root / "work" / "logs" / "claims.log")]
 
 
+def leaderboard_cmds(cfg: DictConfig, root: Path) -> list[Job]:
+    """``python -m pspo_repro.leaderboard`` with ``aggregate.leaderboard`` ({tag, offpolicy_tag}; null: none)."""
+    spec = cfg.aggregate.get("leaderboard")
+    if not spec:
+        return []
+    cmd = [sys.executable, "-m", "pspo_repro.leaderboard", f"results_dir={root}", f"out_dir={root}"]
+    cmd += [f"{key}={spec[key] or ''}" for key in ("tag", "offpolicy_tag") if key in spec]
+    return [Job("leaderboard", cmd, log=root / "work" / "logs" / "leaderboard.log")]
+
+
 def do_aggregate(cfg: DictConfig, root: Path) -> dict[str, Any]:
-    """Stage 5: tables and figures into ``root`` (pspo_repro.aggregate, the regime tables, the claims table)."""
+    """Stage 5: tables and figures into ``root`` (pspo_repro.aggregate, the regime, claims and leaderboard
+    tables)."""
     job = Job("aggregate", aggregate_cmd(cfg, root), log=root / "work" / "logs" / "aggregate.log")
-    regime = [*regime_cmds(cfg, root), *claims_cmds(cfg, root)]
+    regime = [*regime_cmds(cfg, root), *claims_cmds(cfg, root), *leaderboard_cmds(cfg, root)]
     env = child_env(cfg, root, int(cfg.threads))
     with _bar(1 + len(regime), "aggregate", "table set") as bar:
         for j in (job, *regime):
