@@ -3,6 +3,7 @@ end through the real entry points, then a rerun that skips every stage (slow: ab
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 
@@ -187,6 +188,47 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     )  # 3 models x (2 T + the held-out skill's T = 0) x 2 metrics
     text = mini.summary(root, timings)
     assert "bitwise identical to the committed copy" in text and "agrees with the committed copy" in text
+
+
+@pytest.mark.slow
+def test_leaderboard_smoke_end_to_end(tmp_path):
+    """`make leaderboard` reduced: two methods, one seed, both regimes, through every stage to the table."""
+    root = tmp_path / "leaderboard"
+    stale = "reuse-num_iterations1_steps_per_generation2"
+    overrides = [
+        f"root={root}",
+        *[
+            o
+            for o in SMOKE
+            if not o.startswith(("rl.groups", "eval.tags", "aggregate.ablation", "aggregate.regime"))
+        ],
+        "rl.groups=[{name: a, cost: 1, sweep: {method: 'clip,pspo'}}, {name: b, cost: 1, tag: reuse, "
+        "sweep: {method: 'clip,pspo', method.num_iterations: 1, trainer.steps_per_generation: 2}}]",
+        "eval.methods=[clip,pspo]",
+        f"eval.tags=[{stale}]",
+        f"aggregate.regime.regime_reuse={stale}",
+        f"aggregate.leaderboard.offpolicy_tag={stale}",
+    ]
+    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", overrides)
+    mini.run_pipeline(cfg)
+    for method in ("clip", "pspo"):
+        info = json.loads((mini.run_dir_of(root, method, stale, 0) / "run.json").read_text())
+        assert info["config"]["trainer"]["steps_per_generation"] == 2 and info["status"] == "finished"
+    with (root / "leaderboard.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((r["tag"], r["method"]) for r in rows) == [
+        ("", "clip"),
+        ("", "pspo"),
+        (stale, "clip"),
+        (stale, "pspo"),
+    ]
+    for r in rows:  # every column the table promises has a number (one seed: no interval over seeds)
+        assert r["n_seeds"] == "1" and r["true_acc_T0.8"] != "" and r["preservation"] != ""
+        assert (r["group_vs_reference"] == "ref") == (r["method"] == "clip")
+        assert r["method"] == "clip" or 0 <= float(r["p_holm"]) <= 1
+    text = (root / "leaderboard.md").read_text()
+    assert "### Learning regime" in text and f"### Stale mini-batches (tag {stale})" in text
+    assert (root / "leaderboard.png").is_file() and (root / "regime_reuse.md").is_file()
 
 
 def test_committed_copy_comparison_names_what_differs(tmp_path):
