@@ -201,6 +201,121 @@ def setup_one_cell(tmp, results, tiny):
     return {}
 
 
+# ---------------------------------------------------------------- issue 25 items 2 and 3: identity from where a file sits,
+# names from options, links out of results/
+
+
+def _other_run(results: Path, tiny: Path, method: str = "clip") -> Path:
+    """A second finished run (``runs/tiny/<method>/seed0``) with its own checkpoint-4."""
+    other = results / "runs" / "tiny" / method / "seed0"
+    shutil.copytree(tiny, other / "checkpoint-4")
+    (other / "checkpoint-4" / "pspo_complete.json").write_text('{"files": {}}')
+    info = {"model": "tiny", "method": method, "seed": 0, "tag": "", "best_checkpoint": "checkpoint-4",
+            "status": "finished"}  # fmt: skip
+    (other / "run.json").write_text(json.dumps(info))
+    return other
+
+
+def setup_runjson_method_clip(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, method="clip"))}
+
+
+def setup_runjson_seed_1(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, seed=1))}
+
+
+def setup_runjson_tag_x(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, tag="x"))}
+
+
+def setup_runjson_model_other(tmp, results, tiny):
+    return {"RUN": str(_finished_run(results, tiny, model="qwen2p5_0p5b"))}
+
+
+def setup_run_outside_layout(tmp, results, tiny):
+    run = _finished_run(results, tiny)
+    moved = tmp / "myrun"
+    shutil.move(run, moved)
+    return {"RUN": str(moved)}
+
+
+def setup_best_checkpoint_links_to_other_run(tmp, results, tiny):
+    run = _finished_run(results, tiny)
+    other = _other_run(results, tiny)
+    shutil.rmtree(run / "checkpoint-4")
+    (run / "checkpoint-4").symlink_to(other / "checkpoint-4")  # run.json's best_checkpoint: another run's
+    return {"RUN": str(run)}
+
+
+def setup_named_checkpoint_links_outside(tmp, results, tiny):
+    run = _finished_run(results, tiny)
+    shutil.copytree(tiny, tmp / "elsewhere")
+    (tmp / "elsewhere" / "pspo_complete.json").write_text('{"files": {}}')
+    (run / "checkpoint-9").symlink_to(tmp / "elsewhere")
+    return {"RUN": str(run)}
+
+
+def setup_checkpoint_weights_linked(tmp, results, tiny):
+    run = _finished_run(results, tiny)
+    other = _other_run(results, tiny)
+    (run / "checkpoint-4" / "model.safetensors").unlink()
+    (run / "checkpoint-4" / "model.safetensors").symlink_to(other / "checkpoint-4" / "model.safetensors")
+    return {"RUN": str(run)}
+
+
+def _metrics_run(results: Path, folder: str, **info) -> None:
+    run = results / "runs" / "tiny" / "pspo" / folder
+    record = {"model": "tiny", "method": "pspo", "seed": 0, "tag": "", "status": "finished", **info}
+    _write(run / "run.json", json.dumps(record))
+    _write(run / "metrics.jsonl", '{"step": 0, "eval/reward": 0.1}\n{"step": 1, "eval/reward": 0.2}\n')
+
+
+def setup_agg_runjson_method(tmp, results, tiny):
+    _cell(results, 0)
+    _metrics_run(results, "seed0", method="clip")
+    return {}
+
+
+def setup_agg_runjson_seed(tmp, results, tiny):
+    _cell(results, 0)
+    _metrics_run(results, "seed0", seed=3)
+    return {}
+
+
+def setup_agg_runjson_tag(tmp, results, tiny):
+    _cell(results, 0)
+    _metrics_run(results, "seed0-alpha_ablation", tag="main")
+    return {}
+
+
+def setup_cell_method_escape(tmp, results, tiny):
+    """A cell whose method (read from the file) is a path: paired.pairs naming it used to write there."""
+    _cell(results, 0)
+    _cell(results, 1, method="../../../../x")
+    return {}
+
+
+def setup_tables_link_outside(tmp, results, tiny):
+    _cell(results, 0)
+    (tmp / "elsewhere").mkdir()
+    (results / "tables").symlink_to(tmp / "elsewhere")
+    return {}
+
+
+def setup_eval_link_outside(tmp, results, tiny):
+    (tmp / "elsewhere").mkdir()
+    results.mkdir(parents=True)
+    (results / "eval").symlink_to(tmp / "elsewhere")
+    return {}
+
+
+def setup_runs_link_outside(tmp, results, tiny):
+    (tmp / "elsewhere").mkdir()
+    results.mkdir(parents=True)
+    (results / "runs").symlink_to(tmp / "elsewhere")
+    return {}
+
+
 # (id, module, args, setup, env, patterns that must all be in the one line). "{RUN}" and "{RESULTS}" are
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
@@ -335,6 +450,27 @@ CASES = [
     ("agg-add-metrics-unknown", "aggregate", ["results_dir={RESULTS}", "add_metrics=[accuracy]"], setup_one_cell, None, ["add_metrics", "'accuracy'", "true_acc"]),
     ("agg-paired-metrics-unknown", "aggregate", ["results_dir={RESULTS}", "paired.metrics=[true_accc]"], setup_one_cell, None, ["paired.metrics", "'true_accc'", "true_acc"]),
     ("agg-paired-method-no-cells", "aggregate", ["results_dir={RESULTS}", "paired.pairs=[[pspo,clpi]]"], setup_one_cell, None, ["paired.pairs", "'clpi'", "no evaluation cells", "methods with cells: pspo"]),
+    # --- issue 25 item 2: a run.json names the run its folder is; a checkpoint is the run's own
+    ("eval-runjson-method-disagrees", "evaluate", ["run={RUN}"], setup_runjson_method_clip, None, ["run.json: method 'clip' disagrees with its folder", "(method 'pspo'", "runs/<model>/<method>/seed<N>"]),
+    ("eval-runjson-seed-disagrees", "evaluate", ["run={RUN}"], setup_runjson_seed_1, None, ["run.json: seed 1 disagrees with its folder", "(seed 0"]),
+    ("eval-runjson-tag-disagrees", "evaluate", ["run={RUN}"], setup_runjson_tag_x, None, ["run.json: tag 'x' disagrees with its folder", "(tag ''"]),
+    ("eval-runjson-model-disagrees", "evaluate", ["run={RUN}"], setup_runjson_model_other, None, ["run.json: model 'qwen2p5_0p5b' disagrees", "(model 'tiny'"]),
+    ("eval-run-outside-layout", "evaluate", ["run={RUN}"], setup_run_outside_layout, None, ["run.json: its folder 'myrun' is not seed<N>[-<tag>]"]),
+    ("eval-best-checkpoint-is-other-run", "evaluate", ["run={RUN}"], setup_best_checkpoint_links_to_other_run, None, ["best_checkpoint in", "runs/tiny/clip/seed0/checkpoint-4", "outside the run folder", "allow_foreign_checkpoint=true"]),
+    ("eval-checkpoint-links-outside", "evaluate", ["run={RUN}", "checkpoint=checkpoint-9"], setup_named_checkpoint_links_outside, None, ["checkpoint= ", "elsewhere", "outside the run folder", "model=<folder>"]),
+    ("eval-checkpoint-weights-linked", "evaluate", ["run={RUN}"], setup_checkpoint_weights_linked, None, ["model.safetensors resolves to", "clip/seed0/checkpoint-4/model.safetensors", "outside the run folder"]),
+    ("eval-allow-foreign-maybe", "evaluate", ["model=tiny", "allow_foreign_checkpoint=maybe"], None, None, ["allow_foreign_checkpoint must be true or false", "'maybe'"]),
+    ("agg-runjson-method-disagrees", "aggregate", ["results_dir={RESULTS}"], setup_agg_runjson_method, None, ["pspo/seed0/run.json: method 'clip' disagrees with its folder", "(method 'pspo'"]),
+    ("agg-runjson-seed-disagrees", "aggregate", ["results_dir={RESULTS}"], setup_agg_runjson_seed, None, ["run.json: seed 3 disagrees with its folder", "(seed 0"]),
+    ("agg-runjson-tag-disagrees", "aggregate", ["results_dir={RESULTS}"], setup_agg_runjson_tag, None, ["run.json: tag 'main' disagrees", "(tag 'alpha_ablation'"]),
+    # --- issue 25 item 3: options that become file names; links out of results/
+    ("agg-paired-method-escape", "aggregate", ["results_dir={RESULTS}", "paired.pairs=[[pspo,../../../../x]]"], setup_cell_method_escape, None, ["paired.pairs method='../../../../x'", "cannot name a results folder"]),
+    ("agg-paired-method-nested", "aggregate", ["results_dir={RESULTS}", "paired.pairs=[[pspo,a/b]]"], setup_one_cell, None, ["paired.pairs method='a/b'", "cannot name a results folder"]),
+    ("agg-paired-method-dotdot", "aggregate", ["results_dir={RESULTS}", "paired.pairs=[[pspo,..]]"], setup_one_cell, None, ["paired.pairs method='..'", "starting with a letter or digit"]),
+    ("agg-add-metrics-escape", "aggregate", ["results_dir={RESULTS}", 'add_metrics=["../../../../x"]'], setup_one_cell, None, ["add_metrics", "'../../../../x'"]),
+    ("agg-tables-link-outside", "aggregate", ["results_dir={RESULTS}"], setup_tables_link_outside, None, ["out_dir", "tables is a symlink to", "elsewhere", "refusing to write through it", "PSPO_RESULTS_DIR"]),
+    ("eval-eval-link-outside", "evaluate", ["model=tiny", "eval.limit=2", "temperatures=[0.0]"], setup_eval_link_outside, None, ["results/eval is a symlink to", "elsewhere", "refusing to write through it"]),
+    ("train-runs-link-outside", "train", ["model=tiny"], setup_runs_link_outside, None, ["results/runs is a symlink to", "elsewhere", "refusing to write through it"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
 

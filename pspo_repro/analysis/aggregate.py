@@ -43,8 +43,9 @@ from pspo_repro.analysis.tables import (
     to_markdown,
     wilson_refusal,
 )
-from pspo_repro.common.atomic import write_set
+from pspo_repro.common.atomic import STALE_DIR, recover_folder, write_set
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
+from pspo_repro.common.safe_paths import UnsafePathError, check_file_name, check_name, no_symlink_escape
 
 
 class ConfigError(ValueError):
@@ -58,6 +59,8 @@ class Outputs:
     files: dict[Path, str | bytes] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
     short: list[str] = field(default_factory=list)
+    out: Path | None = None  # the output folder
+    stale: list[str] = field(default_factory=list)  # the previous set's files this one does not write
 
     def add_table(self, out: Path, table: Table) -> None:
         """Queue the Markdown, LaTeX and CSV renderings of ``table``."""
@@ -94,6 +97,11 @@ def validate(cfg: DictConfig) -> None:
     for pair in pairs:
         if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2 or pair[0] == pair[1]:
             raise ConfigError(f"paired.pairs takes [method_a, method_b] pairs of two methods, got {pair!r}")
+        for method in pair:  # each names the paired tables' files: one plain name, as a method folder is
+            try:
+                check_name("paired.pairs method", method)
+            except UnsafePathError as exc:
+                raise ConfigError(str(exc)) from None
     if cfg.ci == "wilson_pooled":  # before reading anything: a table of mean lengths has no Wilson interval
         for metric in table_metrics(cfg):
             if not is_proportion(metric):
@@ -171,6 +179,12 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
         for f, why in zip(cells["file"], cells["provisional"], strict=True):
             if isinstance(why, str):
                 outputs.messages.append(f"provisional cell (checkpoint asked for by name): {f}: {why}")
+    if "foreign_checkpoint" in cells:
+        for f, ckpt in zip(cells["file"], cells["foreign_checkpoint"], strict=True):
+            if isinstance(ckpt, str):
+                outputs.messages.append(
+                    f"foreign checkpoint (allow_foreign_checkpoint=true, not this run's own): {f}: {ckpt}"
+                )
     long = eval_long(cells)
     outputs.files[out / "long_eval.csv"] = long.drop(columns=["per_prompt"]).to_csv(index=False)
     outputs.messages += prompt_set_warnings(cells)
@@ -315,6 +329,11 @@ def summary_text(root: Path, out: Path, cfg: DictConfig, outputs: Outputs) -> st
     lines += ["## Cells with fewer seeds than expected", ""] + (
         [f"- {s}" for s in outputs.short] or ["- none"]
     )
+    if outputs.stale:  # a set is one set: what the previous aggregation wrote and this one did not
+        lines += ["", f"## Set aside as stale ({STALE_DIR}/)", "",
+                  "Written by the previous aggregation into this folder, not by this one (other options); "
+                  f"moved into {STALE_DIR}/ so that they are not read as part of this set:", ""]  # fmt: skip
+        lines += [f"- {STALE_DIR}/{n}" for n in outputs.stale]
     return "\n".join(lines) + "\n"
 
 
@@ -325,12 +344,60 @@ OUTPUT_SUFFIXES = (".md", ".tex", ".csv", ".png", ".pdf", ".svg")
 def write_outputs(outputs: Outputs) -> None:
     """Write every queued file (text as UTF-8, figures as bytes) as one set per folder
     (``atomic.write_set``): after a kill the folder holds the previous outputs or, once the next run
-    finishes the switch, the new ones, never half of each; stale temporaries of earlier kills are removed."""
+    finishes the switch, the new ones, never half of each; stale temporaries of earlier kills are removed,
+    and the previous set's files the new one does not have (``outputs.stale``) are moved into ``stale/``."""
     by_folder: dict[Path, dict[Path, str | bytes]] = {}
     for path, content in outputs.files.items():
         by_folder.setdefault(Path(path).parent, {})[Path(path)] = content
-    for files in by_folder.values():
-        write_set(files, OUTPUT_SUFFIXES)
+    for folder, files in by_folder.items():
+        aside = outputs.stale if folder == outputs.out else []
+        write_set(files, OUTPUT_SUFFIXES, aside)
+
+
+def check_output_names(out: Path, outputs: Outputs) -> None:
+    """Every queued file lies directly in ``out`` and has a plain file name (``safe_paths.check_file_name``),
+    else ConfigError: the options that make names (metrics, paired pairs) are checked in ``validate``; this
+    is the proof over the final paths, before anything is written."""
+    for path in outputs.files:
+        try:
+            check_file_name("output file", path.name)
+        except UnsafePathError as exc:
+            raise ConfigError(str(exc)) from None
+        if path.parent != out:
+            raise ConfigError(f"output file {path} would not lie in out_dir {out}")
+
+
+SUMMARY_TITLE = "# Aggregation summary"
+
+
+def previous_outputs(out: Path) -> list[str]:
+    """The files the previous aggregation into ``out`` wrote, as its ``summary.md`` lists them under
+    "## Written" (the set's manifest, switched with the set): those still in ``out`` as regular files, with
+    an output suffix and a plain name. A summary.md that aggregation did not write (another title) lists
+    nothing, and neither does a folder without one; files of other writers (regime, claims, evaluation
+    cells) are never listed, so never touched."""
+    summary = out / "summary.md"
+    if summary.is_symlink() or not summary.is_file():
+        return []
+    try:
+        lines = summary.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    if not lines or lines[0] != SUMMARY_TITLE or "## Written" not in lines:
+        return []
+    names = []
+    for line in lines[lines.index("## Written") + 1 :]:
+        if line.startswith("## "):
+            break
+        name = line[2:] if line.startswith("- ") else ""
+        try:
+            check_file_name("listed output", name)
+        except UnsafePathError:
+            continue
+        path = out / name
+        if name.endswith(OUTPUT_SUFFIXES) and not path.is_symlink() and path.is_file():
+            names.append(name)
+    return names
 
 
 def run(cfg: DictConfig) -> Outputs:
@@ -338,12 +405,16 @@ def run(cfg: DictConfig) -> Outputs:
     validate(cfg)
     root = Path(cfg.results_dir) if cfg.results_dir else results_dir()
     out = Path(cfg.out_dir) if cfg.out_dir else root / "tables"
+    try:  # results/tables -> /elsewhere: not written through unless PSPO_RESULTS_DIR says so
+        no_symlink_escape(root, out, "out_dir")
+    except UnsafePathError as exc:
+        raise ConfigError(str(exc)) from None
     has_eval, has_runs = bool(eval_files(root)), bool(run_dirs(root))
     if not has_eval and not has_runs:
         raise ResultsError(
             f"no results found under {root} (searched eval/**/*.json and runs/**/metrics.jsonl)"
         )
-    names, outputs = names_from(cfg), Outputs()
+    names, outputs = names_from(cfg), Outputs(out=out)
     if has_eval:
         eval_outputs(cfg, root, out, names, outputs)
     else:
@@ -359,6 +430,10 @@ def run(cfg: DictConfig) -> Outputs:
         )
     summary = out / "summary.md"
     outputs.files[summary] = ""  # listed in itself
+    check_output_names(out, outputs)
+    recover_folder(out, OUTPUT_SUFFIXES)  # a switch cut by a kill is finished: summary.md lists one set
+    written = {p.name for p in outputs.files}
+    outputs.stale = [n for n in previous_outputs(out) if n not in written]
     outputs.files[summary] = summary_text(root, out, cfg, outputs)
     write_outputs(outputs)
     return outputs

@@ -37,6 +37,8 @@ from typing import Any
 from pspo_repro.analysis.stats import t_interval
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values
+from pspo_repro.common.run_dir import identity_problem
+from pspo_repro.common.safe_paths import check_name
 
 log = logging.getLogger(__name__)
 COLLAPSE_RATIO = 0.5
@@ -84,6 +86,8 @@ def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
     by_method: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for info_path in sorted(results_dir.glob("runs/*/*/*/run.json")):
         info = json.loads(info_path.read_text())
+        if why := identity_problem(info_path.parent, info, info_path):
+            raise ValueError(why)
         if info.get("status") != "finished" or (info.get("tag") or "") != tag:
             continue
         folder = info_path.parent
@@ -188,6 +192,7 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     """Write ``<name>.md``, ``<name>.csv`` and ``<name>_fractions.png`` into ``out_dir``; return the paths."""
     import csv
 
+    check_name("name", name)  # it names the files: one plain name, never a path
     rows = collect(results_dir, tag)
     if not rows:
         raise ValueError(f"no finished runs with tag {tag!r} under {results_dir / 'runs'}")
@@ -215,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
     if isinstance(args, str):
         print(f"error: {args}", file=sys.stderr)
+        return 2
+    try:
+        check_name("name", args.get("name") or "regime")
+    except ValueError as exc:  # before anything is read or written
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         paths = write(

@@ -195,6 +195,7 @@ def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFra
         row["metrics"] = cell["metrics"]
         row["per_prompt"] = cell.get("per_prompt") or []  # for ci=bootstrap and paired comparisons
         row["provisional"] = cell.get("provisional")  # evaluate: a checkpoint asked for by name, unfinished
+        row["foreign_checkpoint"] = cell.get("foreign_checkpoint")  # evaluate: allow_foreign_checkpoint=true
         for metric, field in COUNT_METRICS.items():
             if metric in cell["metrics"]:
                 row[f"{metric}__correct"], row[f"{metric}__total"] = _counts(cell, field, metric, path)
@@ -472,12 +473,18 @@ def load_runs(
     """Training runs: (one row per run, long metrics table one row per run x step x metric).
 
     Identity comes from ``run.json`` (model, method, seed, tag), falling back to the folder
-    layout ``runs/{model}/{method}/seed{seed}[-{tag}]``. ``param_keys`` maps a column name (e.g.
-    ``alpha``) to dotted keys to try in ``run.json``'s ``config``.
+    layout ``runs/{model}/{method}/seed{seed}[-{tag}]``; a run.json that names another identity than its
+    folder is ResultsError (``run_dir.identity_problem``: it would relabel the run in the curves and
+    long_runs.csv). ``param_keys`` maps a column name (e.g. ``alpha``) to dotted keys to try in
+    ``run.json``'s ``config``.
     """
+    from pspo_repro.common.run_dir import identity_problem
+
     runs, long_rows = [], []
     for run_dir in run_dirs(root):
         info = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
+        if info and (why := identity_problem(run_dir, info, run_dir / "run.json")):
+            raise ResultsError(why)
         match = RUN_DIR_RE.match(run_dir.name)
         parts = run_dir.relative_to(root / "runs").parts
         fallback = {

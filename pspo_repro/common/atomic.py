@@ -9,7 +9,7 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -78,23 +78,50 @@ def _folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+STALE_DIR = "stale"  # where write_set moves the files of the previous set that the new one does not have
+_PLAIN_RE = re.compile(r"[A-Za-z0-9][^/\\\x00-\x1f]{0,254}")
+
+
+def _plain_name(name: object) -> bool:
+    """A file name directly in the folder: no separator, not hidden, not ``.``/``..``, no control character."""
+    return isinstance(name, str) and _PLAIN_RE.fullmatch(name) is not None
+
+
+def set_aside(folder: Path, names: list[str]) -> list[str]:
+    """Move each of ``names`` that is a regular file in ``folder`` (not a link, not a folder) into
+    ``folder/stale/`` (replacing an older file of that name there); returns the names moved. Idempotent, so a
+    recovery may repeat it."""
+    moved = []
+    for name in names:
+        src = folder / name
+        if not _plain_name(name) or src.is_symlink() or not src.is_file():
+            continue
+        (folder / STALE_DIR).mkdir(exist_ok=True)
+        os.replace(src, folder / STALE_DIR / name)
+        moved.append(name)
+    return moved
+
+
 def recover_set(folder: str | os.PathLike, stale_suffixes: tuple[str, ...] = ()) -> list[str]:
     """Finish a ``write_set`` that a kill interrupted while switching (its journal lists every staged file:
-    each one still there is moved into place), then delete stale temporaries left by kills: staged files and
-    ``atomic_open`` temp files of names ending in ``stale_suffixes``. Returns the names it changed. Call it
-    with the folder locked (``write_set`` does)."""
+    each one still there is moved into place; and the previous set's files to set aside: each one still there
+    is moved into ``stale/``), then delete stale temporaries left by kills: staged files and ``atomic_open``
+    temp files of names ending in ``stale_suffixes``. Returns the names it changed. Call it with the folder
+    locked (``write_set`` does)."""
     folder = Path(folder)
     done = []
     journal = folder / SET_JOURNAL
     if journal.is_file():
         try:
-            names = json.loads(journal.read_text(encoding="utf-8"))["files"]
-        except (OSError, ValueError, KeyError):
-            names = {}  # a torn journal: written atomically, so only a hand edit; nothing was switched
+            record = json.loads(journal.read_text(encoding="utf-8"))
+            names, aside = record["files"], record.get("aside", [])
+        except (OSError, ValueError, KeyError, TypeError):
+            names, aside = {}, []  # a torn journal: written atomically, so only a hand edit; nothing switched
         for name, staged in sorted(names.items()):
-            if (folder / staged).is_file():
+            if Path(name).name == name not in ("", ".", "..") and (folder / staged).is_file():
                 os.replace(folder / staged, folder / name)
                 done.append(name)
+        done += set_aside(folder, [n for n in aside if n not in names])
         journal.unlink()
     for p in sorted(folder.iterdir()) if folder.is_dir() else []:
         m = _STAGED_RE.match(p.name) or _TMP_RE.match(p.name)
@@ -105,7 +132,18 @@ def recover_set(folder: str | os.PathLike, stale_suffixes: tuple[str, ...] = ())
     return done
 
 
-def write_set(files: dict[Path, str | bytes], stale_suffixes: tuple[str, ...] = ()) -> None:
+def recover_folder(folder: str | os.PathLike, stale_suffixes: tuple[str, ...] = ()) -> None:
+    """``recover_set`` on ``folder`` with it locked (nothing to do when it does not exist): afterwards the
+    folder holds one whole set, whose record (e.g. a summary listing it) can be read."""
+    folder = Path(folder)
+    if folder.is_dir():
+        with _folder_lock(folder):
+            recover_set(folder, stale_suffixes)
+
+
+def write_set(
+    files: dict[Path, str | bytes], stale_suffixes: tuple[str, ...] = (), aside: Iterable[str] = ()
+) -> None:
     """Write ``files`` (path -> text or bytes, all in one folder) so the folder holds either the previous
     set or the new one as a whole, even under SIGKILL.
 
@@ -114,6 +152,9 @@ def write_set(files: dict[Path, str | bytes], stale_suffixes: tuple[str, ...] = 
     is removed. A kill before the journal leaves the previous set (the staged files are stale temporaries);
     a kill after it is finished by the next ``write_set`` or ``recover_set`` on the folder, which also
     deletes stale temporaries. The folder is locked meanwhile, so two writers do not interleave.
+
+    ``aside``: names of the previous set's files (in the same folder) that the new set does not have; the
+    switch moves them into ``stale/`` (``set_aside``), so the folder never shows two sets side by side.
     """
     if not files:
         return
@@ -150,7 +191,8 @@ def write_set(files: dict[Path, str | bytes], stale_suffixes: tuple[str, ...] = 
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(folder / name)
             raise
-        write_json(folder / SET_JOURNAL, {"run_id": run_id, "files": staged})
+        stale = sorted(n for n in set(aside) if n not in staged)
+        write_json(folder / SET_JOURNAL, {"run_id": run_id, "files": staged, "aside": stale})
         try:
             recover_set(folder, stale_suffixes)  # the switch itself: journal -> every file in place
         except OSError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -110,6 +111,54 @@ def run_folder(cfg: DictConfig, tag: str) -> Path:
         ("method.name", cfg.method.name),
         ("seed folder", seed_folder(cfg.seed, tag)),
     )
+
+
+RUN_FOLDER_RE = re.compile(r"seed(?P<seed>[0-9]+)(?:-(?P<tag>.+))?")
+RUN_LAYOUT = "runs/<model>/<method>/seed<N>[-<tag>]"
+
+
+def folder_identity(folder: Path) -> dict[str, Any] | None:
+    """model, method, seed and tag as ``folder``'s place says (``RUN_LAYOUT``), or None when its name is
+    not ``seed<N>[-<tag>]``."""
+    m = RUN_FOLDER_RE.fullmatch(folder.name)
+    if not m:
+        return None
+    return {"model": folder.parent.parent.name, "method": folder.parent.name, "seed": int(m["seed"]),
+            "tag": m["tag"] or ""}  # fmt: skip
+
+
+def identity_problem(folder: Path, info: dict[str, Any], info_path: Path | str) -> str | None:
+    """One line when ``info`` (a run.json read from ``info_path``) names another model, method, seed or tag
+    than where ``folder`` sits (``RUN_LAYOUT``): a run.json edited or copied into another run's folder would
+    otherwise file that run's results under another identity. The place is taken as written (normalised)
+    and, should that differ, after following symlinks: either may agree. A field run.json does not hold is
+    taken from the folder (an absent tag: none). None when they agree."""
+    places = [Path(os.path.normpath(os.path.abspath(folder)))]
+    if places[0].resolve() != places[0]:
+        places.append(places[0].resolve())
+    first = None
+    for place in places:
+        where = folder_identity(place)
+        if where is None:
+            first = first or f"{info_path}: its folder {place.name!r} is not seed<N>[-<tag>] ({RUN_LAYOUT})"
+            continue
+        for key, want in where.items():
+            got = info.get(key)
+            if key == "tag":  # absent or null: the default hyperparameters, no tag (as evaluation reads it)
+                got = got or ""
+            elif got is None:
+                continue  # not recorded: the folder says it (aggregation reads it from there)
+            if key == "seed" and isinstance(got, str) and got.isascii() and got.isdigit():
+                got = int(got)
+            if got != want or isinstance(got, bool):
+                first = first or (
+                    f"{info_path}: {key} {info.get(key)!r} disagrees with its folder {place} ({key} {want!r}, "
+                    f"as {RUN_LAYOUT} says); a run is filed where it sits: move the run or correct run.json"
+                )
+                break
+        else:
+            return None
+    return first
 
 
 def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,10 @@ Model, method, tag and dataset names reach folder names from the command line, f
 files on disk (a run.json's ``model``); all of them are untrusted. ``check_name`` accepts a name only when it
 is one plain folder name (no separator, no ``.``/``..``, no control or non-ASCII character, not too long) and
 does not hold a credential's value; ``results_path`` joins checked names under a root and proves the result
-lies under it. Symlinks a user placed inside results/ are followed as usual: the proof is on the path as
-written (after ``.``/``..`` normalisation), which a checked name cannot change. No torch imports.
+lies under it, both as written (after ``.``/``..`` normalisation) and after following symlinks: a link inside
+results/ (``results/eval -> /elsewhere``) is written through only when it points back into the results folder
+or into the folder ``PSPO_RESULTS_DIR`` names (``no_symlink_escape``). File names a command derives from its
+options (``paired_<a>_vs_<b>_<metric>.md``) pass ``check_file_name``. No torch imports.
 """
 
 from __future__ import annotations
@@ -60,9 +62,63 @@ def ensure_under(root: str | os.PathLike, path: str | os.PathLike, what: str = "
 
 def results_path(root: str | os.PathLike, *parts: tuple[str, object]) -> Path:
     """``root/<name>/<name>/...`` for ``parts`` given as ``(what, name)`` pairs, each checked by
-    ``check_name``, the result proven to lie under ``root``."""
+    ``check_name``, the result proven to lie under ``root`` (``<results>/runs``, ``<results>/eval``), and
+    after following symlinks under the results folder ``root``'s parent (``no_symlink_escape``)."""
     names = [check_name(what, value) for what, value in parts]
-    return ensure_under(root, Path(root).joinpath(*names), "results path")
+    path = ensure_under(root, Path(root).joinpath(*names), "results path")
+    return no_symlink_escape(Path(root).parent, path)
+
+
+def _allowed_roots(top: str | os.PathLike) -> list[Path]:
+    """Where a path under ``top`` may lead after symlinks: ``top`` itself (resolved: the results folder may
+    be a link) and the folder ``PSPO_RESULTS_DIR`` names, the user's explicit choice."""
+    roots = [Path(top).resolve()]
+    if os.environ.get("PSPO_RESULTS_DIR"):
+        roots.append(Path(os.environ["PSPO_RESULTS_DIR"]).expanduser().resolve())
+    return roots
+
+
+def no_symlink_escape(top: str | os.PathLike, path: str | os.PathLike, what: str = "") -> Path:
+    """``path`` unchanged when, after following every symlink on it (``Path.resolve``; parts that do not
+    exist yet are taken as written), it still lies in ``top`` or in ``PSPO_RESULTS_DIR``; else
+    UnsafePathError naming the link that leads out. Only paths that lie under ``top`` as written are
+    checked: a folder the user names elsewhere (``out_dir=/tmp/x``) is theirs."""
+    top_abs = Path(os.path.normpath(os.path.abspath(top)))
+    p = Path(os.path.normpath(os.path.abspath(path)))
+    if not p.is_relative_to(top_abs):
+        return Path(path)
+    roots = _allowed_roots(top_abs)
+
+    def inside(q: Path) -> bool:
+        return any(q == r or q.is_relative_to(r) for r in roots)
+
+    if inside(p.resolve()):
+        return Path(path)
+    link, cur = p, top_abs
+    for part in p.relative_to(top_abs).parts:
+        cur = cur / part
+        if cur.is_symlink() and not inside(cur.resolve()):
+            link = cur
+            break
+    prefix = f"{what} " if what else ""
+    raise UnsafePathError(
+        f"{prefix}{path}: {link} is a symlink to {link.resolve()}, outside the results folder {roots[0]}: "
+        "refusing to write through it (remove the link, or set PSPO_RESULTS_DIR to the folder to write into)"
+    )
+
+
+FILE_NAME_RULE = "1-200 characters from A-Z a-z 0-9 _ . + - @ starting with a letter or digit"
+_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+@-]{0,199}")
+
+
+def check_file_name(what: str, name: object) -> str:
+    """``name`` as one output file name (``FILE_NAME_RULE``: no separator, no ``.``/``..``, ``@`` allowed
+    for metric names such as ``maj@16``), else UnsafePathError naming ``what``."""
+    if not isinstance(name, str) or not _FILE_RE.fullmatch(name):
+        raise UnsafePathError(
+            f"{what}={_shown(str(name))} cannot name an output file: allowed {FILE_NAME_RULE}"
+        )
+    return name
 
 
 def check_seed(what: str, value: object) -> int:

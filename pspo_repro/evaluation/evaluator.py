@@ -72,6 +72,9 @@ class Target:
     tag: str
     run_dir: str | None
     checkpoint: str  # a local folder or a hub id
+    # With allow_foreign_checkpoint=true: the resolved checkpoint that lies outside the run folder (after
+    # symlinks); its cells carry it as ``foreign_checkpoint`` and aggregation lists them.
+    foreign_checkpoint: str | None = None
 
 
 # ---------------------------------------------------------------- input resolution
@@ -151,12 +154,15 @@ def _run_target(cfg: Any) -> Target:
         raise EvalError(f"{info_path}: best_checkpoint must be a folder name, got {ckpt!r}")
     folder = Path(str(ckpt)).expanduser()
     folder = folder if folder.is_absolute() else run_dir / folder
-    try:
-        # Results are filed under the run's identity: only a checkpoint of that run may carry it.
-        source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
-        ensure_under(run_dir, folder, source)
-    except UnsafePathError as exc:
-        raise EvalError(f"{exc}, the run folder; evaluate another model as model=<folder>") from None
+    # Results are filed under the run's identity: only a checkpoint of that run may carry it, unless the user
+    # opts in (allow_foreign_checkpoint=true), and then the cells say so.
+    source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
+    foreign = _foreign_checkpoint(run_dir, folder, source)
+    if foreign and not cfg.get("allow_foreign_checkpoint", False):
+        raise EvalError(
+            f"{foreign}; evaluate another model as model=<folder>, or pass allow_foreign_checkpoint=true to "
+            "file it under this run, its cells marked foreign_checkpoint"
+        )
     _check_checkpoint(folder)
     try:  # run.json is a file on disk: its names are untrusted like any other (safe_paths)
         target = Target(
@@ -166,11 +172,38 @@ def _run_target(cfg: Any) -> Target:
             check_name(f"tag in {info_path}", info["tag"]) if info.get("tag") else "",
             str(run_dir),
             str(folder.resolve()),
+            str(folder.resolve()) if foreign else None,
         )
     except UnsafePathError as exc:
         raise EvalError(str(exc)) from None
+    from pspo_repro.common.run_dir import identity_problem
+
+    if why := identity_problem(run_dir, info, info_path):  # run.json names the run its folder is
+        raise EvalError(why)
     _check_finished(info, info_path, folder, by_name=bool(cfg.checkpoint))
+    if foreign:
+        print(f"warning: evaluating a foreign checkpoint as asked (allow_foreign_checkpoint=true): {foreign}; "
+              "its cells are marked foreign_checkpoint", file=sys.stderr)  # fmt: skip
     return target
+
+
+def _foreign_checkpoint(run_dir: Path, folder: Path, source: str) -> str | None:
+    """Why ``folder`` is not one of ``run_dir``'s own checkpoints (None when it is): it lies outside the run
+    folder as written, or after following symlinks (the folder itself, or any file in it, such as a
+    ``model.safetensors`` linked from another run)."""
+    try:
+        ensure_under(run_dir, folder, source)
+    except UnsafePathError as exc:
+        return f"{exc}, the run folder"
+    home = run_dir.resolve()
+    real = folder.resolve()
+    if real == home or not real.is_relative_to(home):
+        return f"{source} {folder} resolves to {real}, outside the run folder {home} (a symlink)"
+    for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        target = p.resolve()
+        if not target.is_relative_to(home):
+            return f"{source} {folder}: {p.relative_to(folder)} resolves to {target}, outside the run folder {home}"
+    return None
 
 
 def _find_run_dir(run: Any) -> Path:
@@ -344,6 +377,10 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
         )
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
+    if not isinstance(cfg.get("allow_foreign_checkpoint", False), bool):
+        raise EvalError(
+            f"allow_foreign_checkpoint must be true or false, got {cfg.allow_foreign_checkpoint!r}"
+        )
     return datasets, temps
 
 
@@ -795,6 +832,8 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
     }
     if target.checkpoint in PROVISIONAL:  # asked for by name (checkpoint=) although unfinished
         result["provisional"] = PROVISIONAL[target.checkpoint]
+    if target.foreign_checkpoint:  # allow_foreign_checkpoint=true: not a checkpoint of the filing run
+        result["foreign_checkpoint"] = target.foreign_checkpoint
     write_json(c.paths["json"], result)
     c.paths["partial"].unlink(missing_ok=True)
     log.info("wrote %s", c.paths["json"])
