@@ -316,6 +316,27 @@ def setup_runs_link_outside(tmp, results, tiny):
     return {}
 
 
+def _not_utf8(path: Path) -> Path:
+    """``path`` with a byte that is not UTF-8 appended to its last name (Linux takes any bytes but ``/``)."""
+    return Path(os.fsdecode(os.fsencode(path) + b"\xff"))
+
+
+def setup_eval_folder_not_utf8(tmp, results, tiny):
+    _cell(results, 0)
+    cell = results / "eval" / "tiny" / "pspo" / "seed0" / "gsm8k" / "T0.0.json"
+    other = _not_utf8(results / "eval" / "tiny" / "pspo" / "seed1") / "gsm8k" / "T0.0.json"
+    other.parent.mkdir(parents=True)
+    other.write_text(cell.read_text().replace('"seed": 0', '"seed": 1'))
+    return {}
+
+
+def setup_run_folder_not_utf8(tmp, results, tiny):
+    _cell(results, 0)
+    run = _not_utf8(results / "runs" / "tiny" / "pspo" / "seed0")
+    _write(run / "metrics.jsonl", '{"step": 1, "eval/reward": 0.5}\n')
+    return {}
+
+
 # (id, module, args, setup, env, patterns that must all be in the one line). "{RUN}" and "{RESULTS}" are
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
@@ -471,6 +492,21 @@ CASES = [
     ("agg-tables-link-outside", "aggregate", ["results_dir={RESULTS}"], setup_tables_link_outside, None, ["out_dir", "tables is a symlink to", "elsewhere", "refusing to write through it", "PSPO_RESULTS_DIR"]),
     ("eval-eval-link-outside", "evaluate", ["model=tiny", "eval.limit=2", "temperatures=[0.0]"], setup_eval_link_outside, None, ["results/eval is a symlink to", "elsewhere", "refusing to write through it"]),
     ("train-runs-link-outside", "train", ["model=tiny"], setup_runs_link_outside, None, ["results/runs is a symlink to", "elsewhere", "refusing to write through it"]),
+    # --- issue 25 item 3 (hydra): names Hydra builds its own folder from are checked before it makes one
+    # (the run runs in a sandbox working folder: an escaping .hydra/ or a multirun/ there fails the test)
+    ("train-hydra-model-name-dotdot", "train", ["model=tiny", "model.name=../../escaped"], None, None, ["model.name='../../escaped'", "cannot name a results folder", "hydra.run.dir"]),
+    ("train-hydra-method-name-dotdot", "train", ["model=tiny", "method.name=x/../../../escaped"], None, None, ["method.name='x/../../../escaped'", "hydra.run.dir"]),
+    ("train-hydra-model-name-nested", "train", ["model=tiny", "model.name=a/b"], None, None, ["model.name='a/b'", "starting with a letter or digit"]),
+    ("train-hydra-seed-path", "train", ["model=tiny", "seed=x/../../../escaped"], None, None, ["seed='x/../../../escaped'", "hydra.run.dir"]),
+    ("train-hydra-model-name-unset-env", "train", ["model=tiny", "model.name=${{oc.env:PSPO_NO_SUCH_VARIABLE}}"], None, None, ["bad config value", "model.name", "PSPO_NO_SUCH_VARIABLE"]),
+    ("train-hydra-run-dir-unknown-key", "train", ["model=tiny", "hydra.run.dir={TMP}/logs/${{nope.key}}"], None, None, ["hydra.run.dir refers to nope.key", "not a setting"]),
+    ("train-hydra-multirun-tag-dotdot", "train", ["-m", "model=tiny", "run_tag=a,x/../../../escaped"], None, None, ["'..'", "run_tag=x/../../../escaped", "hydra.sweep.subdir"]),
+    ("train-hydra-multirun-method-name", "train", ["-m", "model=tiny", "method.name=pspo,../../escaped"], None, None, ["'..'", "method.name=../../escaped", "hydra.sweep.subdir"]),
+    ("eval-hydra-multirun-cwd", "evaluate", ["-m", "model=tiny", "n_samples=0"], None, None, ["n_samples must be a positive integer"]),
+    ("agg-hydra-multirun-cwd", "aggregate", ["-m", "results_dir={RESULTS}", "ci=jackknife"], setup_mixed, None, ["'jackknife'", "allowed: t_seeds"]),
+    # --- issue 25 item 4 (leftovers): a folder name that is not UTF-8 under results/eval or results/runs
+    ("agg-eval-folder-not-utf8", "aggregate", ["results_dir={RESULTS}"], setup_eval_folder_not_utf8, None, ["seed1\\xff/gsm8k/T0.0.json", "not UTF-8", "rename it"]),
+    ("agg-run-folder-not-utf8", "aggregate", ["results_dir={RESULTS}"], setup_run_folder_not_utf8, None, ["seed0\\xff", "not UTF-8"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
 
@@ -485,7 +521,7 @@ def _prepare(case, tmp: Path, tiny: Path):
     """(argv, extra env, results root) for one case, with its files written."""
     _, module, args, setup, data, _ = case
     results = tmp / "results"
-    subs = {"RESULTS": str(results)}
+    subs = {"RESULTS": str(results), "TMP": str(tmp)}
     env = {"PSPO_RESULTS_DIR": str(results), "PSPO_LOG_DIR": str(tmp / "hydra-logs")}
     if setup is not None:
         subs.update(setup(tmp, results, tiny))
@@ -538,11 +574,29 @@ def no_model(monkeypatch):
     monkeypatch.setattr(backends, "make_backend", boom)
 
 
+@pytest.fixture
+def hydra_logging_undone():
+    """Hydra's multirun (``-m``) points logging handlers at this test's captured stderr; drop them after
+    the test, else the next case's log records go to a closed stream (a logging traceback on its stderr)."""
+    import logging
+
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in list(logging.root.manager.loggerDict))]
+    saved = {id(lg): (lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers}
+    yield
+    for lg in [logging.getLogger(), *(logging.getLogger(n) for n in list(logging.root.manager.loggerDict))]:
+        handlers, level, propagate, disabled = saved.get(id(lg), ([], logging.NOTSET, True, False))
+        lg.handlers[:], lg.level, lg.propagate, lg.disabled = handlers, level, propagate, disabled
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_bad_input_in_process(case, tmp_path, tiny_model_dir, monkeypatch, capsys, no_model, entry_main):
+def test_bad_input_in_process(
+    case, tmp_path, tiny_model_dir, monkeypatch, capsys, no_model, entry_main, hydra_logging_undone
+):
     argv, env, results = _prepare(case, tmp_path, tiny_model_dir)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # Hydra's default folders (outputs/, multirun/) would land here
     before, sandbox = _snapshot(results), _outside(tmp_path)
     main = entry_main(case[1])
     monkeypatch.setattr(sys, "argv", [f"pspo_repro.{case[1]}", *argv])
@@ -685,3 +739,54 @@ def test_default_reward_is_no_part_of_the_identity_and_committed_runs_keep_their
             info["identity"]["data"],
             info["identity"]["reward"],
         )
+
+
+# ---------------------------------------------------------------- issue 25 item 3 (hydra): Hydra's own folders
+
+
+@pytest.mark.parametrize("name", ["train", "evaluate", "sft", "aggregate", "mini", "explore", "study"])
+def test_every_entry_points_multirun_folder_is_under_the_log_folder(name, tmp_path, monkeypatch):
+    """``-m`` writes multirun.yaml (and, for training, each job's .hydra/) under ``PSPO_LOG_DIR``; the
+    evaluate/sft/aggregate/mini/explore configs used Hydra's default, a dated multirun/ in the working folder."""
+    from omegaconf import OmegaConf
+
+    from pspo_repro.common.cli import compose_config
+    from pspo_repro.common.paths import CONF_DIR
+
+    monkeypatch.setenv("PSPO_LOG_DIR", str(tmp_path / "logs"))
+    cfg = compose_config(CONF_DIR, name, [], return_hydra_config=True)
+    OmegaConf.resolve(cfg.hydra.sweep)
+    assert Path(cfg.hydra.sweep.dir).is_relative_to(tmp_path / "logs"), cfg.hydra.sweep.dir
+
+
+@pytest.mark.parametrize(
+    ("config", "overrides", "message"),
+    [
+        ("sft", ["hydra.run.dir=/logs/${prompt_template}", "prompt_template=../../x"], "prompt_template='../../x'"),
+        ("sft", ["-m", "hydra.sweep.subdir=${prompt_template}", "prompt_template=a,../x"], "prompt_template='../x'"),
+        ("evaluate", ["-m", "hydra.sweep.subdir=${hydra.job.override_dirname}", "run=/a,/b/../../c"], "'..'"),
+        ("train", ["model.name=..", "method=clip"], "model.name='..'"),
+        ("train", ["-m", "seed=0,1", "run_tag=x,a/../../b"], "run_tag=a/../../b"),
+    ],
+)  # fmt: skip
+def test_hydra_dir_error_names_the_value(config, overrides, message):
+    from pspo_repro.common.cli import hydra_dir_error
+    from pspo_repro.common.paths import CONF_DIR
+
+    err = hydra_dir_error(CONF_DIR, config, overrides)
+    assert err and message in err and "\n" not in err
+
+
+def test_hydra_dir_check_passes_the_pipelines_own_commands(tmp_path):
+    """No false alarm: the mini pipeline's and the study's training multiruns (absolute paths, sweeps, tags)
+    and plain runs pass."""
+    from pspo_repro.common.cli import compose_config, hydra_dir_error
+    from pspo_repro.common.paths import CONF_DIR
+    from pspo_repro.pipelines import mini
+
+    for name in ("mini", "study"):
+        for job in mini.rl_jobs(compose_config(CONF_DIR, name, []), tmp_path):
+            assert job.cmd[2] == "pspo_repro.train"
+            assert hydra_dir_error(CONF_DIR, "train", job.cmd[3:]) is None, job.cmd
+    for argv in (["model=tiny"], ["model=tiny", "seed=3", "method=clip", "run_tag=a.b"], ["-m", "seed=0,1"]):
+        assert hydra_dir_error(CONF_DIR, "train", argv) is None, argv

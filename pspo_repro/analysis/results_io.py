@@ -52,14 +52,30 @@ def _read_json(path: Path) -> dict[str, Any]:
     return obj
 
 
+def _utf8_names(paths: list[Path]) -> list[Path]:
+    """``paths`` unchanged when every name in them is UTF-8, else ResultsError naming the first that is not
+    (its bytes escaped): a name that is not text cannot label a table row or reach a CSV file."""
+    for path in paths:
+        try:
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise ResultsError(
+                f"{shown}: a folder or file name that is not UTF-8; rename it or move it out of the results folder"
+            ) from None
+    return paths
+
+
 def eval_files(root: Path) -> list[Path]:
-    """Evaluation cell files under ``root/eval`` (sorted, so every output is deterministic)."""
-    return sorted(p for p in (root / "eval").glob("**/*.json") if p.is_file())
+    """Evaluation cell files under ``root/eval`` (sorted, so every output is deterministic); ResultsError
+    when a name on the way is not UTF-8."""
+    return _utf8_names(sorted(p for p in (root / "eval").glob("**/*.json") if p.is_file()))
 
 
 def run_dirs(root: Path) -> list[Path]:
-    """Training run folders under ``root/runs``: those holding a ``metrics.jsonl``."""
-    return sorted(p.parent for p in (root / "runs").glob("**/metrics.jsonl") if p.is_file())
+    """Training run folders under ``root/runs``: those holding a ``metrics.jsonl``; ResultsError when a
+    name on the way is not UTF-8."""
+    return _utf8_names(sorted(p.parent for p in (root / "runs").glob("**/metrics.jsonl") if p.is_file()))
 
 
 def _counts(cell: dict[str, Any], field: str, metric: str, path: Path) -> tuple[int, int]:

@@ -13,6 +13,7 @@ names the override. No torch imports.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -186,12 +187,130 @@ def compose_config(config_dir: Path, config_name: str, overrides: list[str], **k
 
 
 def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> None:
-    """Exit with a one-line error when ``overrides`` hold a credential (``refuse_secret_args``) or do not
-    compose (see ``compose_error``)."""
+    """Exit with a one-line error when ``overrides`` hold a credential (``refuse_secret_args``), do not
+    compose (see ``compose_error``) or would steer Hydra's own folders (see ``hydra_dir_error``)."""
     refuse_secret_args(overrides)
-    err = compose_error(config_dir, config_name, overrides)
+    err = compose_error(config_dir, config_name, overrides) or hydra_dir_error(
+        config_dir, config_name, overrides
+    )
     if err:
         fail(err)
+
+
+def precheck_hydra_dirs(config_dir: Path, config_name: str, overrides: list[str]) -> None:
+    """Exit with ``hydra_dir_error``'s one line, if any (entry points without ``precheck_overrides``)."""
+    err = hydra_dir_error(config_dir, config_name, overrides)
+    if err:
+        fail(err)
+
+
+# ${a.b} references in hydra.run.dir / hydra.sweep.dir / hydra.sweep.subdir (resolver calls are not names)
+_MISSING = object()
+_DIR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.]*)\}")
+
+
+def _job_overrides(overrides: list[str]) -> list[list[str]] | None:
+    """The overrides of every job Hydra would start: one list for a single run, one per combination of
+    the sweeps for ``-m`` (Hydra's basic sweeper's expansion); None when Hydra would refuse them anyway."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    plain = [a for a in overrides if not a.startswith("-")]
+    if not any(a in ("-m", "--multirun") for a in overrides):
+        return [plain]
+    try:
+        parsed = OverridesParser.create().parse_overrides(plain)
+        return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+    except Exception:  # a sweep Hydra cannot expand: Hydra reports it before it makes any folder
+        return None
+
+
+def _dir_value_error(key: str, value: Any, where: str) -> str | None:
+    """Why ``value`` of config key ``key``, used in Hydra's folder ``where``, cannot be a folder name. A
+    number or null cannot hold a separator (``seed=-1`` is left to the task's own message); text must
+    follow ``safe_paths.check_name``."""
+    from pspo_repro.common.safe_paths import UnsafePathError, check_name
+
+    if not isinstance(value, str):
+        return None
+    try:
+        check_name(key, value)
+    except UnsafePathError as exc:
+        return f"{exc} (it names Hydra's log folder, {where})"
+    return None
+
+
+def _override_dirname_error(dirname: str, where: str) -> str | None:
+    """A ``..`` component in ``hydra.job.override_dirname`` (``run_tag=x/../../..``) moves the job's folder."""
+    if ".." in dirname.replace("\\", "/").split("/"):
+        return (
+            f"bad override: a value with a '..' path component ({dirname!r}) would move Hydra's job folder "
+            f"out of {where}; write the value without '..'"
+        )
+    return None
+
+
+def hydra_dir_error(config_dir: Path, config_name: str, overrides: list[str]) -> str | None:
+    """One line when a name Hydra builds its own output folder from is not a plain folder name, else None.
+
+    Hydra makes ``hydra.run.dir`` (or, with ``-m``, ``hydra.sweep.dir`` and each job's ``hydra.sweep.subdir``)
+    and writes ``.hydra/`` there before the task's own checks run: ``model.name=../../x`` would land it
+    outside the log folder. Every config value those settings interpolate (``${model.name}``, ``${seed}``;
+    ``paths.*`` is the root the user chose, other ``hydra.*`` values are Hydra's own) that is text must pass
+    ``safe_paths.check_name``, for every job of a sweep; ``${hydra.job.override_dirname}``
+    (the overrides, joined) must hold no ``..`` path component. A folder the user sets outright
+    (``hydra.run.dir=/somewhere``) is theirs to choose. Configs that do not compose are left to Hydra, which
+    refuses them before it makes a folder.
+    """
+    from omegaconf import OmegaConf
+
+    jobs = _job_overrides(overrides)
+    if not jobs:
+        return None
+    multirun = "-m" in overrides or "--multirun" in overrides
+    keys = (("sweep", "dir"), ("sweep", "subdir")) if multirun else (("run", "dir"),)
+    cfg, refs = None, []
+    for i, job in enumerate(jobs):
+        if i == 0 or any(not ref.startswith(("hydra.", "paths.")) for _, ref in refs):
+            try:
+                cfg = compose_config(config_dir, config_name, job, return_hydra_config=True)
+            except Exception:  # Hydra reports it (compose_error has, for a single run) before any folder
+                return None
+        if i == 0:
+            raw = OmegaConf.to_container(cfg.hydra, resolve=False)
+            refs = [
+                (f"hydra.{a}.{b}", ref)
+                for a, b in keys
+                for ref in _DIR_REF.findall(str((raw.get(a) or {}).get(b, "")))
+            ]
+        for where, ref in refs:
+            if ref == "hydra.job.override_dirname":
+                err = _override_dirname_error(_override_dirname(job, cfg.hydra.job.config), where)
+            elif ref.startswith(("hydra.", "paths.")):
+                continue
+            else:
+                try:
+                    value = OmegaConf.select(cfg, ref, default=_MISSING, throw_on_missing=True)
+                except Exception as exc:  # ${oc.env:UNSET} and the like
+                    return f"bad config value: {ref}: {first_line(exc)}"
+                if value is _MISSING:
+                    return f"bad config value: {where} refers to {ref}, which is not a setting"
+                err = _dir_value_error(ref, value, where)
+            if err:
+                return err
+    return None
+
+
+def _override_dirname(job: list[str], job_config: Any) -> str:
+    """``hydra.job.override_dirname`` of a job with overrides ``job`` (Hydra's own function and settings)."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = [o for o in OverridesParser.create().parse_overrides(job) if not o.is_hydra_override()]
+    opts = job_config.override_dirname
+    return get_overrides_dirname(
+        parsed, exclude_keys=list(opts.exclude_keys), item_sep=opts.item_sep, kv_sep=opts.kv_sep
+    )
 
 
 def parse_key_values(

@@ -282,15 +282,23 @@ def last_checkpoint(folder: Path) -> Path | None:
     return None
 
 
-def truncate_metrics(path: Path, max_step: int) -> None:
-    """Drop metrics.jsonl lines logged after ``max_step`` (a resumed run logs them again)."""
+def truncate_metrics(path: Path, max_step: int | None) -> None:
+    """Keep the metrics.jsonl lines of steps up to ``max_step``, the step of the checkpoint a run resumes
+    from: the resumed run logs every later step again. ``None`` (no checkpoint: the run starts afresh)
+    keeps nothing, the step-0 validation included: the fresh start logs it again (a kill during the first
+    checkpoint's save used to leave it in, and the curve read steps 0, 0, 1, ...). A line cut by a kill,
+    one without an integer step, or a step already kept (a file from before this rule), is dropped."""
     if not path.exists():
         return
-    kept = []
+    kept, seen = [], set()
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            if json.loads(line).get("step", 0) <= max_step:
-                kept.append(line)
-        except json.JSONDecodeError:  # a line cut by a kill: drop it
+            step = json.loads(line).get("step", 0)
+        except (json.JSONDecodeError, AttributeError):  # a line cut by a kill, or not an object
             continue
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        if max_step is not None and step <= max_step and step not in seen:
+            kept.append(line)
+            seen.add(step)
     write_text(path, "".join(f"{line}\n" for line in kept))

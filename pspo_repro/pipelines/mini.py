@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.run_dir import INFRA_TRAINER_KEYS
+from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.methods.registry import list_methods
 from pspo_repro.pipelines import mini_committed
 from pspo_repro.training.sft import PROGRESS
@@ -126,16 +128,40 @@ def marker_path(root: Path, stage: str) -> Path:
     return root / "work" / "stages" / f"{stage}.json"
 
 
-def stage_done(root: Path, stage: str, fp: str) -> dict[str, Any] | None:
-    """The stage's marker if it finished with the same settings, else None."""
-    path = marker_path(root, stage)
+def _read_record(path: Path) -> dict[str, Any] | None:
+    """A JSON object the pipeline wrote (a stage marker, timings.json), or None when there is none; a file
+    that is not one (cut, edited, not UTF-8, another JSON type) is named on stdout and read as None."""
     if not path.is_file():
         return None
     try:
-        rec = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
+        rec = exc
+    if isinstance(rec, dict):
+        return rec
+    why = f"{type(rec).__name__}: {rec}" if isinstance(rec, Exception) else f"a JSON {type(rec).__name__}"
+    print(f"[mini] {path} is unreadable ({why}); ignored", flush=True)
+    return None
+
+
+def stage_done(root: Path, stage: str, fp: str) -> dict[str, Any] | None:
+    """The stage's marker if it finished with the same settings, else None (a corrupted marker too: the
+    stage runs again, and its entry points skip the work that is finished)."""
+    rec = _read_record(marker_path(root, stage))
+    if rec is None or rec.get("fingerprint") != fp:
         return None
-    return rec if rec.get("fingerprint") == fp else None
+    if stage_seconds(rec) is None:
+        print(f"[mini] {marker_path(root, stage)}: no time recorded (seconds); running the stage again")
+        return None
+    return rec
+
+
+def stage_seconds(rec: dict[str, Any]) -> float | None:
+    """A stage record's ``seconds`` when it is a finite number >= 0, else None."""
+    seconds = rec.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    return float(seconds) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 # ---------------------------------------------------------------- running subprocesses
@@ -584,7 +610,28 @@ def check_settings(cfg: DictConfig) -> list[str]:
     _positive_int("sft.threads", cfg.sft.get("threads", 1))
     if not isinstance(cfg.get("force"), bool):
         raise StageError(f"force must be true or false, got {cfg.get('force')!r}")
+    try:
+        check_file_names(cfg)
+    except UnsafePathError as exc:
+        raise StageError(str(exc)) from None
     return wanted
+
+
+def check_file_names(cfg: DictConfig) -> None:
+    """Settings that become file or folder names pass ``safe_paths.check_name`` (UnsafePathError): an rl
+    group's ``name`` (its log and Hydra folder under work/), ``tag`` and swept methods (run folders), the
+    ``eval.tags`` and the ``aggregate.regime`` table names (their log and table files)."""
+    for i, group in enumerate(cfg.rl.groups):
+        check_name(f"rl.groups[{i}].name", group.get("name"))
+        if group.get("tag"):
+            check_name(f"rl.groups[{i}].tag", str(group.tag), max_len=100)
+        for method in _sweep_values((group.get("sweep") or {}).get("method")):
+            check_name(f"rl.groups[{i}].sweep.method", method)
+    for tag in cfg.eval.get("tags") or []:
+        if tag:  # "": the untagged runs
+            check_name("eval.tags", str(tag), max_len=100)
+    for name in cfg.aggregate.get("regime") or {}:
+        check_name("aggregate.regime", str(name))
 
 
 def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
@@ -602,12 +649,17 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
             )
         mini_committed.set_aside(root)
     timings_path = root / "timings.json"
-    previous = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    previous = (_read_record(timings_path) or {}).get("stages")
     timings: dict[str, Any] = {
         "parallel": int(cfg.parallel),
         "threads": int(cfg.threads),
         "cpus": os.cpu_count(),
-        "stages": dict(previous.get("stages", {})),
+        # earlier stages' records, those that hold a time (a stage rerun now replaces its own)
+        "stages": {
+            k: v
+            for k, v in (previous.items() if isinstance(previous, dict) else [])
+            if isinstance(v, dict) and stage_seconds(v) is not None
+        },
     }
     t_all = time.time()
     for stage in (s for s in STAGES if s in wanted):

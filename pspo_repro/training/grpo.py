@@ -713,7 +713,7 @@ def _start_record(
     step0 = int(resume.name.split("-")[1]) if resume else 0
     main_process = is_main_process()  # only it writes run.json and metrics.jsonl
     if main_process:
-        truncate_metrics(folder / "metrics.jsonl", step0)
+        truncate_metrics(folder / "metrics.jsonl", step0 if resume else None)
     if resume:
         args.eval_on_start = False  # the curve's step-0 point is logged already; no duplicate at step0
     record = {

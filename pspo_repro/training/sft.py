@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -355,7 +356,15 @@ def _save_checkpoint(trainer, tokenizer, out_dir: Path, work: Path) -> Path:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: ``python -m pspo_repro.sft [key=value ...]``."""
+def _hydra_main(cfg: DictConfig) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run_sft(cfg)
+
+
+def main() -> None:
+    """Entry point of ``python -m pspo_repro.sft [key=value ...]``: Hydra's own folder is checked first
+    (``cli.precheck_hydra_dirs``: no name may steer it), then Hydra runs ``run_sft``."""
+    from pspo_repro.common.cli import precheck_hydra_dirs
+
+    precheck_hydra_dirs(CONF_DIR, "sft", sys.argv[1:])
+    _hydra_main()

@@ -157,6 +157,105 @@ def test_kill_after_the_budget_checkpoint_finishes_without_another_step(tmp_path
     assert (folder / "metrics.jsonl").read_text() == metrics
 
 
+# Runs training and SIGKILLs it inside the n-th checkpoint's save: the Trainer has written the folder's
+# files, the completion marker is not yet there (the window a kill "during the save" hits).
+KILL_AT_MARKER = """
+import os, signal, sys
+import pspo_repro.common.run_dir as r
+n = [int(sys.argv[1])]
+real = r.write_checkpoint_marker
+def marker(ckpt, step):
+    n[0] -= 1
+    if n[0] == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(ckpt, step)
+r.write_checkpoint_marker = marker
+sys.argv = ["pspo_repro.train", *sys.argv[2:]]
+from pspo_repro.training import grpo
+grpo.main()
+"""
+
+# Validation before the first step and at every step, a checkpoint at every step.
+TRAIN_EVAL = [
+    *(o for o in TRAIN if not o.startswith("trainer.eval_steps=")),
+    "trainer.max_steps=3",
+    "trainer.eval_steps=1",
+    "trainer.eval_limit=1",
+    "trainer.eval_on_start=true",
+]
+
+
+def _eval_steps(folder: Path) -> list[int]:
+    return [r["step"] for r in _metrics(folder) if any(k.startswith("eval/") for k in r)]
+
+
+@pytest.fixture(scope="module")
+def straight_eval_run(tmp_path_factory, tiny_model_dir):
+    """The uninterrupted reference run with validation (in this process)."""
+    return _train_in_process(TRAIN_EVAL, tmp_path_factory.mktemp("straight_eval") / "results")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [1, 2])
+def test_kill_during_a_checkpoint_save_logs_each_validation_once(tmp_path, straight_eval_run, n):
+    """Issue 25 item 8: a SIGKILL inside the first checkpoint's save used to leave the step-0 validation in
+    metrics.jsonl and the fresh start logged it again (steps 0, 0, 1, 2, 3); inside the second one the
+    run resumes from checkpoint-1. Either way every step's validation is there once, in order, with the
+    uninterrupted run's values."""
+    results = tmp_path / "results"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_AT_MARKER, str(n), *TRAIN_EVAL],
+        cwd=PROJECT, env=_env(results), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    folder = next((results / "runs" / "tiny" / "noclip").iterdir())
+    assert 0 in _eval_steps(folder)  # the step-0 validation was logged before the kill
+    again = subprocess.run(
+        [sys.executable, "-m", "pspo_repro.train", *TRAIN_EVAL],
+        cwd=PROJECT, env=_env(results), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads((folder / "run.json").read_text())["status"] == "finished"
+    assert [r["step"] for r in _metrics(folder)] == [0, 1, 2, 3]
+    assert _eval_steps(folder) == [0, 1, 2, 3]
+    assert _metrics(folder) == _metrics(straight_eval_run)
+
+
+_LINES = {
+    "v0": '{"step": 0, "eval/reward": 0.1}',
+    "t1": '{"step": 1, "train/loss": 0.5}',
+    "v2": '{"step": 2, "eval/reward": 0.2, "train/loss": 0.4}',
+    "t3": '{"step": 3, "train/loss": 0.3}',
+    "cut": '{"step": 4, "train/lo',
+    "v0b": '{"step": 0, "eval/reward": 0.9}',
+    "text": '{"step": "2", "train/loss": 1}',
+    "list": "[1, 2]",
+}
+
+
+@pytest.mark.parametrize(
+    ("lines", "max_step", "kept"),
+    [
+        (["v0"], None, []),  # killed in the first save: the fresh start validates step 0 again
+        (["v0", "t1", "cut"], None, []),
+        (["v0", "t1", "v2", "t3", "cut"], 2, ["v0", "t1", "v2"]),  # resumed from checkpoint-2
+        (["v0", "t1", "v2"], 0, ["v0"]),
+        (["v0", "v0b", "t1"], 1, ["v0", "t1"]),  # a step twice (a file from before the fix): once
+        (["v0", "text", "list", "t1"], 2, ["v0", "t1"]),
+    ],
+    ids=["first-save", "first-save-cut-line", "resume-2", "resume-0", "duplicate-step", "not-a-step"],
+)
+def test_truncate_metrics_keeps_each_step_once_up_to_the_resume_step(tmp_path, lines, max_step, kept):
+    """The metrics.jsonl a resumed (or restarted) run appends to holds each step at most once, and no
+    step the run will log again."""
+    from pspo_repro.common.run_dir import truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(_LINES[k] + "\n" for k in lines))
+    truncate_metrics(path, max_step)
+    assert path.read_text().splitlines() == [_LINES[k] for k in kept]
+
+
 def _ckpt_with_marker(folder: Path, step: int, tensor_value: float = 1.0) -> Path:
     import torch
     from safetensors.torch import save_file

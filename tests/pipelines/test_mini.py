@@ -423,6 +423,21 @@ def test_claims_job_only_when_configured(tmp_path):
         ("threads=1.5", "threads must be an integer >= 1, got 1.5"),
         ("sft.threads=true", "sft.threads must be an integer >= 1, got True"),
         ("force=maybe", "force must be true or false, got 'maybe'"),
+        # issue 25 item 3: settings that become file names (logs, Hydra folders, run folders, tables)
+        (
+            "rl.groups=[{name: ../../x, cost: 1, sweep: {method: clip}}]",
+            "rl.groups[0].name='../../x' cannot name",
+        ),
+        (
+            "rl.groups=[{name: a, tag: x/../../y, sweep: {method: clip}}]",
+            "rl.groups[0].tag='x/../../y' cannot name",
+        ),
+        (
+            "rl.groups=[{name: a, sweep: {method: 'clip,../x'}}]",
+            "rl.groups[0].sweep.method='../x' cannot name",
+        ),
+        ("eval.tags=[offpolicy,../x]", "eval.tags='../x' cannot name"),
+        ("+aggregate.regime={../x: offpolicy}", "aggregate.regime='../x' cannot name"),
     ],
 )
 def test_bad_pipeline_settings_are_refused_before_anything_runs(tmp_path, override, message):
@@ -442,3 +457,38 @@ def test_later_stages_on_a_fresh_clone_move_nothing(tmp_path):
     with pytest.raises(mini.StageError, match=r"no work/ folder .* \(data, sft, rl\) .*nothing was moved"):
         mini.run_pipeline(cfg)
     assert sorted(p.name for p in root.iterdir()) == ["main_true_acc.md", "runs"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe{", b"[1, 2]", b"null", b'{"fingerprint": "FP"', b'{"fingerprint": "FP"}',
+     b'{"fingerprint": "FP", "seconds": "12"}', b'{"fingerprint": "FP", "seconds": NaN}'],
+    ids=["not-utf8", "list", "null", "cut", "no-seconds", "seconds-text", "seconds-nan"],
+)  # fmt: skip
+def test_corrupted_stage_marker_reruns_the_stage(tmp_path, capsys, content):
+    """Issue 25 item 4: a stage marker that is not a record the pipeline wrote (cut, edited, not UTF-8) is
+    named and the stage runs again (its entry points skip finished work); it used to be a traceback, or,
+    without ``seconds``, a KeyError after the skip."""
+    path = mini.marker_path(tmp_path, "rl")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    assert mini.stage_done(tmp_path, "rl", "FP") is None
+    assert str(path) in capsys.readouterr().out
+    path.write_text('{"fingerprint": "FP", "seconds": 3.5}')
+    assert mini.stage_done(tmp_path, "rl", "FP") == {"fingerprint": "FP", "seconds": 3.5}
+
+
+def test_corrupted_markers_and_timings_do_not_stop_the_pipeline(tmp_path):
+    """The data stage with a torn marker and a timings.json that is not UTF-8: the stage runs again and
+    timings.json is written afresh (both used to end in a traceback)."""
+    root = tmp_path / "r"
+    cfg = _compose([f"root={root}", "stages=[data]", "data.sizes={train: 8, validation: 4, test: 4}",
+                    "data.heldout_sizes=null"])  # fmt: skip
+    mini.marker_path(root, "data").parent.mkdir(parents=True)
+    mini.marker_path(root, "data").write_text('{"fingerprint": "' + mini.fingerprint(cfg, "data") + '"')
+    (root / "timings.json").write_bytes(b'\xff{"stages": {}}')
+    timings = mini.run_pipeline(cfg)
+    assert set(timings["stages"]) == {"data"}
+    assert json.loads((root / "timings.json").read_text())["stages"]["data"]["seconds"] >= 0
+    marker = json.loads(mini.marker_path(root, "data").read_text())
+    assert marker["fingerprint"] == mini.fingerprint(cfg, "data")
