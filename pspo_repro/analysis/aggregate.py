@@ -35,14 +35,15 @@ from pspo_repro.analysis.tables import (
     ablation_table,
     cell_intervals,
     ci_caption,
-    expected_for,
     main_table,
+    seed_counts,
     temperature_table,
     to_frame,
     to_latex,
     to_markdown,
     wilson_refusal,
 )
+from pspo_repro.analysis.units import unit_of
 from pspo_repro.common.atomic import STALE_DIR, recover_folder, write_set
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_file_name, check_name, no_symlink_escape
@@ -206,11 +207,12 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
             outputs.add_table(out, table)
         outputs.add_table(out, temperature_table(long, metric, label, **common))
         sub = long[long["metric"] == metric]
-        expected = {m: expected_for(m, int(cfg.expected_seeds), by_method) for m in sub["method"].unique()}
-        ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
         stats = cell_intervals(sub, cfg.ci, float(cfg.confidence))
+        ci_text = ci_caption(cfg.ci, float(cfg.confidence), seed_counts(stats, names))
         outputs.add_figure(
-            out, f"temperature_{metric}", plots.temperature_figure(stats, names, label, ci_text)
+            out,
+            f"temperature_{metric}",
+            plots.temperature_figure(stats, names, label, ci_text, unit_of(metric)),
         )
 
     paired_outputs(cfg, cells, long, out, names, outputs)
@@ -230,8 +232,11 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
                 if k[:4] == (model, method, "", dataset) and np.isclose(k[4], temp)]  # fmt: skip
         return hits[0] if hits else None
 
-    expected = {m: expected_for(m, int(cfg.expected_seeds), by_method) for m in long["method"].unique()}
-    ci_text = ci_caption(cfg.ci, float(cfg.confidence), expected, names)
+    counts: dict[str, set[int]] = {}
+    for (method, tag), grp in long.groupby(["method", "tag"], sort=True):
+        per_cell = grp.groupby(["model", "dataset", "temperature", "metric"])["seed"].nunique()
+        counts[names.method(method, tag)] = {int(n) for n in per_cell}
+    ci_text = ci_caption(cfg.ci, float(cfg.confidence), counts)
     text = report.reproduction_report(report.load_reference(ref_path), lookup, names, ci_text, ref_path)
     outputs.files[out / "reproduction_report.md"] = text
 
@@ -282,7 +287,7 @@ def paired_outputs(cfg: DictConfig, cells: pd.DataFrame, long: pd.DataFrame, out
             label = table_metrics(cfg).get(metric, dict(cfg.metric_labels).get(metric, metric))
             stem = f"paired_{a}_vs_{b}_{metric}".replace("@", "_at_")
             outputs.files[out / f"{stem}.md"] = paired_markdown(frame, label, str(a), str(b),
-                                                                float(cfg.confidence), names)  # fmt: skip
+                                                                float(cfg.confidence), names, unit_of(metric))  # fmt: skip
             outputs.files[out / f"{stem}.csv"] = frame.to_csv(index=False)
             if frame.empty:
                 outputs.messages.append(f"paired {a} vs {b}: no (model, dataset, T) has both methods")

@@ -14,6 +14,7 @@ import pandas as pd
 from pspo_repro.analysis.results_io import ResultsError, prompt_values
 from pspo_repro.analysis.stats import BOOTSTRAP_RESAMPLES, paired_comparison
 from pspo_repro.analysis.tables import Names, ordered
+from pspo_repro.analysis.units import PERCENT, Unit
 
 
 def paired_frame(long: pd.DataFrame, metric: str, a: str, b: str, confidence: float) -> pd.DataFrame:
@@ -38,12 +39,16 @@ def paired_frame(long: pd.DataFrame, metric: str, a: str, b: str, confidence: fl
     return pd.DataFrame(recs)
 
 
-def paired_markdown(frame: pd.DataFrame, label: str, a: str, b: str, confidence: float, names: Names) -> str:
-    """The comparison as a Markdown table (percentage points), caption first."""
+def paired_markdown(
+    frame: pd.DataFrame, label: str, a: str, b: str, confidence: float, names: Names, unit: Unit = PERCENT
+) -> str:
+    """The comparison as a Markdown table in ``unit`` (percentage points for proportions), caption first."""
     pct = f"{confidence * 100:g}%"
     na, nb = names.method(a), names.method(b)
+    points = "percentage points" if unit == PERCENT else unit.unit
+    s, d = unit.scale, unit.digits
     caption = (
-        f"**{label}: {na} minus {nb} on the same prompts (percentage points). Each prompt's value is "
+        f"**{label}: {na} minus {nb} on the same prompts ({points}). Each prompt's value is "
         f"averaged over each method's seeds; {pct} percentile bootstrap interval over prompts "
         f"({BOOTSTRAP_RESAMPLES} resamples) and a two-sided paired t-test on the per-prompt differences. "
         f"Untagged runs only. Prompts better / worse: where {na}'s per-prompt value is above / below {nb}'s.**"
@@ -63,8 +68,8 @@ def paired_markdown(frame: pd.DataFrame, label: str, a: str, b: str, confidence:
     for r in frame.to_dict("records"):
         lines.append(
             f"| {names.model(r['model'])} | {names.dataset(r['dataset'])} | {r['temperature']:g} | "
-            f"{100 * r['mean_a']:.1f} | {100 * r['mean_b']:.1f} | {100 * r['diff']:+.1f} "
-            f"[{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] | {r['p_value']:.3g} | {r['n_prompts']} | "
+            f"{s * r['mean_a']:.{d}f} | {s * r['mean_b']:.{d}f} | {s * r['diff']:+.{d}f} "
+            f"[{s * r['ci_low']:+.{d}f}, {s * r['ci_high']:+.{d}f}] | {r['p_value']:.3g} | {r['n_prompts']} | "
             f"{r['a_better']} / {r['b_better']} |"
         )
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 
 from pspo_repro.analysis.stats import Interval, t_interval  # noqa: E402
 from pspo_repro.analysis.tables import Names, ordered, row_order  # noqa: E402
+from pspo_repro.analysis.units import PERCENT, Unit  # noqa: E402
 
 FORMATS = ("png", "pdf")
 
@@ -70,8 +71,10 @@ def temperature_figure(
     names: Names,
     label: str,
     ci_text: str,
+    unit: Unit = PERCENT,
 ) -> dict[str, bytes]:
-    """Grid model x dataset of accuracy (%) against temperature, one line + CI band per method."""
+    """Grid model x dataset of a metric against temperature, one line + CI band per method, in ``unit``
+    (``units.unit_of``: accuracies in %, lengths in tokens, ...)."""
     keys = list(stats)
     models = ordered((k[0] for k in keys), names.model_order)
     datasets = ordered((k[3] for k in keys), names.dataset_order)
@@ -88,10 +91,10 @@ def temperature_figure(
                 pts = sorted((k[4], v[0]) for k, v in stats.items() if k[:3] == rk and k[3] == ds)
                 if pts:
                     _band(ax, [p[0] for p in pts], [p[1] for p in pts], names.method(rk[1], rk[2]),
-                          colours[rk[1:]], scale=100.0)  # fmt: skip
+                          colours[rk[1:]], scale=unit.scale)  # fmt: skip
             ax.set_title(f"{names.model(model)} / {names.dataset(ds)}", fontsize=9)
             ax.set_xlabel("temperature")
-            ax.set_ylabel(f"{label} (%)")
+            ax.set_ylabel(f"{label} ({unit.unit})")
             ax.grid(alpha=0.3)
     _figure_legend(fig, axes)
     fig.suptitle(f"{label} against temperature\nbands: {ci_text}", fontsize=8)

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pspo_repro.analysis.results_io import checked_metrics
 from pspo_repro.analysis.stats import t_interval
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values
@@ -78,7 +79,11 @@ def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float 
     cell = results_dir / "eval" / model / method / folder / "synthetic" / "T0.0.json"
     if not cell.is_file():
         return None
-    return float(json.loads(cell.read_text())["metrics"]["reward_acc"])
+    metrics, why = checked_metrics(cell, results_dir)  # recomputed from its records, never the stored cache
+    if metrics is None:
+        print(f"warning: {cell}: {why}; left out of every table", file=sys.stderr, flush=True)
+        return None
+    return metrics.get("reward_acc")
 
 
 def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ result that is malformed, duplicated or inconsistent with its neighbours raises
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import re
@@ -18,6 +19,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from pspo_repro.evaluation.metrics import (
+    SAMPLE_FIELDS,
+    cell_metrics,
+    has_samples,
+    is_metric_name,
+    majority_vote,
+)
 
 # Identity of one evaluation cell file; two files with the same identity are an error.
 CELL_KEYS = ("model", "method", "seed", "tag", "dataset", "temperature")
@@ -103,20 +112,22 @@ def _is_num(x: Any) -> bool:
 _RATE_RE = re.compile(r"acc|maj|pass@")
 # Tolerance when a stored metric is compared with the value recomputed from its per-prompt records.
 _RECOMPUTE_TOL = 1e-9
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+_NONE = object()  # "no bad entry found"
 
 
 def cell_problem(cell: dict[str, Any]) -> str | None:
     """Why an evaluation cell read back from disk must not reach a table (None: it may).
 
     The file is untrusted (hand-edited, written by another version): settings must have their types and
-    ranges, every per-prompt record its counts in range (``0 <= correct <= n <= n_samples``), one record per
-    prompt (``num_prompts``), and the core metrics (``reward_acc``, ``true_acc``, the majority votes,
-    ``*pass@k``) must equal what the per-prompt records give. Extra per-prompt fields and metric keys are
-    tolerated (newer metrics are added over time); a rate-like one (``acc``/``maj``/``pass@`` in its name)
-    must still be a finite number in [0, 1].
+    ranges; there must be one per-prompt record per prompt (``num_prompts``), each consistent in itself
+    (``record_problem``: counts in range and equal to its per-sample lists), with distinct ids whose hash is
+    ``rows_sha256`` (when that is a sha256); and every stored metric must equal its recomputation from the
+    records (``metrics_problem``): the stored ``metrics`` is a cache, compared, never shown. A cell without
+    per-prompt records has nothing to recompute from and is refused. Unknown per-prompt fields and metric
+    keys are tolerated (never tabled); a rate-like one (``acc``/``maj``/``pass@`` in its name) must still be
+    a finite number in [0, 1].
     """
-    from pspo_repro.evaluation.metrics import pass_at_k
-
     for key in ("model", "method", "dataset"):
         if not isinstance(cell.get(key), str) or not cell[key]:
             return f"{key} must be a non-empty string, got {cell.get(key)!r}"
@@ -142,42 +153,125 @@ def cell_problem(cell: dict[str, Any]) -> str | None:
             return f"metric {name}={value!r} is not a fraction in [0, 1]"
     rows = cell.get("per_prompt")
     if rows is None:
-        return None  # nothing to recompute from: the ranges above are all that can be checked
+        return "no per_prompt records, so no metric of it can be recomputed"
     if not isinstance(rows, list) or len(rows) != cell["num_prompts"]:
         got = len(rows) if isinstance(rows, list) else type(rows).__name__
         return f"num_prompts={cell['num_prompts']!r} but per_prompt holds {got} records"
+    with_lists = None
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             return f"per_prompt[{i}] is not an object"
-        n = r.get("n")
-        if not _is_int(n) or not 1 <= n <= cell["n_samples"]:
-            return f"per_prompt[{i}] n={n!r} is not an integer in [1, n_samples={cell['n_samples']}]"
-        for field in ("reward_correct", "true_correct", "authors_correct"):
-            c = r.get(field)
-            if field in r and (not _is_int(c) or not 0 <= c <= n):
-                return f"per_prompt[{i}] {field}={c!r} is not an integer in [0, n={n}]"
-        for field in ("reward_maj", "true_maj"):
-            if field in r and r[field] not in (0, 1):
-                return f"per_prompt[{i}] {field}={r[field]!r} is not 0 or 1"
-    for metric, field in (*COUNT_METRICS.items(), ("reward_maj", "reward_maj"), ("true_maj", "true_maj")):
-        if metric not in metrics or not all(field in r for r in rows):
+        if why := record_problem(r, cell["n_samples"]):
+            return f"per_prompt[{i}] {why}"
+        if with_lists is not None and has_samples(r) != with_lists:
+            return f"per_prompt[{i}] and per_prompt[0] differ in holding the per-sample lists"
+        with_lists = has_samples(r)
+    ids = [r.get("id") for r in rows]
+    if not all(isinstance(x, str) and x for x in ids) or len(set(ids)) != len(ids):
+        return "per_prompt ids must be distinct non-empty strings"
+    sha = cell.get("rows_sha256")
+    if isinstance(sha, str) and _SHA_RE.fullmatch(sha):  # the evaluator's hash of the ids, in order
+        if hashlib.sha256("\n".join(ids).encode()).hexdigest() != sha:
+            return "rows_sha256 is not the hash of its per_prompt ids"
+    return metrics_problem(metrics, recompute_metrics(rows))
+
+
+def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
+    """Why one per-prompt record is inconsistent (None: it is not): counts in range, and every count and
+    flag equal to what the per-sample lists give where the record holds them (as ``per_prompt_row`` makes
+    them: ``reward_correct = sum(reward_flags)``, ``authors_correct`` = rewards above 0.5, ``reward_maj``
+    the vote over ``answers``, ``true_maj`` = more than half true, ``mean_length`` = mean of ``lengths``)."""
+    n = r.get("n")
+    if not _is_int(n) or not 1 <= n <= n_samples:
+        return f"n={n!r} is not an integer in [1, n_samples={n_samples}]"
+    for field in ("reward_correct", "true_correct", "authors_correct", "timeouts"):
+        c = r.get(field)
+        if field in r and (not _is_int(c) or not 0 <= c <= n):
+            return f"{field}={c!r} is not an integer in [0, n={n}]"
+    for field in ("reward_maj", "true_maj"):
+        if field in r and (not _is_int(r[field]) or r[field] not in (0, 1)):
+            return f"{field}={r[field]!r} is not 0 or 1"
+    if "mean_length" in r and not (_is_num(r["mean_length"]) and r["mean_length"] >= 0):
+        return f"mean_length={r['mean_length']!r} is not a finite number >= 0"
+    if "authors_reward_mean" in r and not _is_num(r["authors_reward_mean"]):
+        return f"authors_reward_mean={r['authors_reward_mean']!r} is not a finite number"
+    for field in SAMPLE_FIELDS:
+        if field in r and (not isinstance(r[field], list) or len(r[field]) != n):
+            return f"{field} is not a list of n={n} entries"
+    checks = {
+        "reward_flags": lambda x: _is_int(x) and x in (0, 1),
+        "true_flags": lambda x: _is_int(x) and x in (0, 1),
+        "lengths": lambda x: _is_int(x) and x >= 0,
+        "rewards": _is_num,
+        "answers": lambda x: x is None or isinstance(x, str),
+    }
+    for field, ok in checks.items():
+        bad = next((x for x in r.get(field, []) if not ok(x)), _NONE)
+        if bad is not _NONE:
+            return f"{field} holds {bad!r}"
+    derived = {
+        "reward_correct": lambda: sum(r["reward_flags"]),
+        "true_correct": lambda: sum(r["true_flags"]),
+        "authors_correct": lambda: sum(x > 0.5 for x in r["rewards"]),
+        "authors_reward_mean": lambda: sum(r["rewards"]) / n,
+        "mean_length": lambda: sum(r["lengths"]) / n,
+        "reward_maj": lambda: int(majority_vote(r["answers"], [bool(f) for f in r["reward_flags"]])),
+        "true_maj": lambda: int(2 * r["true_correct"] > n),
+    }
+    needs = {"reward_correct": ("reward_flags",), "true_correct": ("true_flags",), "authors_correct": ("rewards",),
+             "authors_reward_mean": ("rewards",), "mean_length": ("lengths",),
+             "reward_maj": ("answers", "reward_flags"), "true_maj": ("true_correct",)}  # fmt: skip
+    for field, value in derived.items():
+        if field in r and all(x in r for x in needs[field]):
+            expect = value()
+            if not math.isclose(r[field], expect, rel_tol=_RECOMPUTE_TOL, abs_tol=_RECOMPUTE_TOL):
+                return f"{field}={r[field]!r} but its per-sample lists give {expect:.6g}"
+    if "grading_error" in r and not isinstance(r["grading_error"], str):
+        return f"grading_error={r['grading_error']!r} is not a string"
+    return None
+
+
+def recompute_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Every metric of a cell from its (checked) per-prompt records, with the evaluator's own code
+    (``evaluation.metrics.cell_metrics``): the only values a table shows."""
+    return cell_metrics(rows)
+
+
+def metrics_problem(stored: dict[str, Any], computed: dict[str, float]) -> str | None:
+    """Why a cell's stored ``metrics`` (a cache) disagrees with the recomputed ones (None: it agrees).
+
+    Every stored metric a cell can hold (``metrics.is_metric_name``) must be recomputable and equal (1e-9,
+    relative or absolute); a stored key of no known metric is ignored and never tabled. A recomputed metric
+    the cache lacks is no disagreement (the tables show the recomputed value)."""
+    for name, value in stored.items():
+        if not is_metric_name(name):
             continue
-        if metric in COUNT_METRICS:
-            expect = sum(r[field] for r in rows) / sum(r["n"] for r in rows)
-        else:
-            expect = sum(r[field] for r in rows) / len(rows)
-        if abs(metrics[metric] - expect) > _RECOMPUTE_TOL:
-            return f"metric {metric}={metrics[metric]!r} but its per-prompt records give {expect:.6g}"
-    for name, value in metrics.items():
-        m = re.fullmatch(r"(reward|true|authors)_pass@(\d+)", name)
-        if not m or not all(f"{m[1]}_correct" in r for r in rows):
-            continue
-        k = int(m[2])
-        if k > min(r["n"] for r in rows):
-            return f"metric {name} needs {k} samples per prompt, some prompts have fewer"
-        expect = sum(pass_at_k(r["n"], r[f"{m[1]}_correct"], k) for r in rows) / len(rows)
-        if abs(value - expect) > _RECOMPUTE_TOL:
-            return f"metric {name}={value!r} but its per-prompt records give {expect:.6g}"
+        if name not in computed:
+            return f"metric {name} is stored but its per-prompt records cannot give it"
+        if not _is_num(value) or not math.isclose(
+            value, computed[name], rel_tol=_RECOMPUTE_TOL, abs_tol=_RECOMPUTE_TOL
+        ):
+            return f"metric {name}={value!r} but its per-prompt records give {computed[name]:.6g}"
+    return None
+
+
+def location_problem(path: Path, root: Path, cell: dict[str, Any]) -> str | None:
+    """Why a cell's identity disagrees with where it sits (None: it does not): the evaluator files a cell
+    as ``eval/{model}/{method}/seed{seed}[-{tag}]/{dataset}/T{temperature:.1f}.json``, so an edited
+    ``method`` (or seed, tag, ...) would otherwise move its numbers into another row of the tables."""
+    tag = cell.get("tag") or ""
+    expect = (
+        cell["model"], cell["method"], f"seed{cell['seed']}" + (f"-{tag}" if tag else ""), cell["dataset"],
+        f"T{float(cell['temperature']):.1f}.json",
+    )  # fmt: skip
+    if float(cell["temperature"]) != round(float(cell["temperature"]), 1):
+        return f"temperature={cell['temperature']!r} has more than the one decimal its file name holds"
+    try:
+        got = path.relative_to(root / "eval").parts
+    except ValueError:
+        return None
+    if got != expect:
+        return f"its fields say {'/'.join(expect)} but it sits at {'/'.join(got)}"
     return None
 
 
@@ -208,19 +302,40 @@ def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFra
         row["seed"] = int(row["seed"])
         row["temperature"] = round(float(row["temperature"]), 6)
         row["file"] = str(path)
-        row["metrics"] = cell["metrics"]
+        # The tables show what the records give, never the stored cache (cell_problem compared the two).
+        row["metrics"] = dict(sorted(recompute_metrics(cell["per_prompt"]).items()))  # as cells store them
         row["per_prompt"] = cell.get("per_prompt") or []  # for ci=bootstrap and paired comparisons
         row["provisional"] = cell.get("provisional")  # evaluate: a checkpoint asked for by name, unfinished
         row["foreign_checkpoint"] = cell.get("foreign_checkpoint")  # evaluate: allow_foreign_checkpoint=true
         for metric, field in COUNT_METRICS.items():
-            if metric in cell["metrics"]:
+            if metric in row["metrics"]:
                 row[f"{metric}__correct"], row[f"{metric}__total"] = _counts(cell, field, metric, path)
+        row["misplaced"] = location_problem(path, root, cell)
         rows.append(row)
     cells = pd.DataFrame(rows)
+    if cells.empty:
+        return cells
+    check_duplicates(cells)  # a copy of a cell in another folder is a duplicate, as before
+    for path, why in zip(cells["file"], cells["misplaced"], strict=True):
+        if isinstance(why, str):  # (None reads NaN in a column that holds text)
+            if left_out is None:
+                raise ResultsError(f"{path}: {why}")
+            left_out.append(f"{path}: {why}; left out of every table")
+    cells = cells[cells["misplaced"].isna()].drop(columns="misplaced").reset_index(drop=True)
     if not cells.empty:
-        check_duplicates(cells)
         check_settings(cells)
     return cells
+
+
+def checked_metrics(path: Path, root: Path) -> tuple[dict[str, float] | None, str | None]:
+    """One cell file's metrics recomputed from its records, or (None, why) when the cell fails its checks
+    (``cell_problem``, ``location_problem``): for readers of single cells (the regime tables)."""
+    try:
+        cell = _read_json(path)
+        why = cell_problem(cell) or location_problem(path, root, cell)
+    except (ResultsError, KeyError) as exc:
+        return None, str(exc) if isinstance(exc, ResultsError) else f"missing field {exc}"
+    return (None, why) if why else (recompute_metrics(cell["per_prompt"]), None)
 
 
 def check_duplicates(cells: pd.DataFrame) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.stats
@@ -37,11 +37,20 @@ class Interval:
     high: float
     n: int  # number of seeds behind the estimate
     method: str
+    clipped: bool = False  # the interval reached past the metric's range and was cut at it (clip_interval)
 
     @property
     def has_interval(self) -> bool:
         """Whether a real interval exists (a single seed under ``t_seeds`` has none)."""
         return not (math.isnan(self.low) or math.isnan(self.high))
+
+
+def clip_interval(iv: Interval, low: float, high: float) -> Interval:
+    """``iv`` cut to a metric's range [``low``, ``high``] (a t interval of an accuracy can reach below 0 %
+    or above 100 %, which no accuracy can be); ``clipped`` says whether a bound was cut."""
+    if not iv.has_interval or (iv.low >= low and iv.high <= high):
+        return iv
+    return replace(iv, low=max(iv.low, low), high=min(iv.high, high), clipped=True)
 
 
 def check_ci_method(method: str) -> str:

@@ -7,7 +7,6 @@ expected carries a dagger and is listed in the table's notes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,12 +19,15 @@ from pspo_repro.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     Interval,
     bootstrap_interval,
+    clip_interval,
     seed_interval,
     t_interval,
 )
+from pspo_repro.analysis.units import unit_of
 
 SHORT = "†"  # fewer seeds than the table expects
 NO_CI = "‡"  # one seed under t_seeds: no interval exists
+CLIPPED = "§"  # the interval reached past the metric's range (below 0 % or above 100 %) and was cut there
 
 
 @dataclass
@@ -55,6 +57,7 @@ class Table:
     notes: list[str] = field(default_factory=list)
     scale: float = 100.0  # fractions shown as percentages
     digits: int = 1
+    unit: str = "%"  # what a shown number is (``units.unit_of``); the CSV keeps the unscaled value
 
 
 @dataclass
@@ -103,20 +106,48 @@ def expected_for(method: str, expected_seeds: int, by_method: Mapping[str, int])
     return int(by_method.get(method, expected_seeds))
 
 
-def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: Names) -> str:
-    """Caption fragment naming the CI method and n (seeds per cell, with per-method exceptions)."""
-    counts = pd.Series(dict(expected))
-    default = int(counts.mode().max()) if len(counts) else 0
-    extra = ", ".join(f"{names.method(m)}: {n}" for m, n in expected.items() if n != default)
-    n_text = f"n = {default} seeds per cell" + (f" ({extra})" if extra else "")
+def seed_counts(stats: Mapping[tuple, tuple[Interval, tuple[int, ...]]], names: Names) -> dict[str, set[int]]:
+    """Row label (method [tag]) -> the seed counts of its cells, from ``cell_intervals``' output."""
+    out: dict[str, set[int]] = {}
+    for key, (_, seeds) in stats.items():
+        out.setdefault(names.method(key[1], key[2]), set()).add(len(seeds))
+    return out
+
+
+def _t_value(n: int, confidence: float) -> float:
+    return float(scipy.stats.t.ppf((1 + confidence) / 2, n - 1))
+
+
+def seeds_text(ci: str, confidence: float, counts: Mapping[str, Iterable[int]]) -> str:
+    """ "n = 3 seeds per cell, t = 4.303; Base model: 1 seed, no interval; GR-PSPO: 10 seeds, t = 2.262":
+    the seed count most rows have, then every other count with its rows, each with its own t (t_seeds)."""
+    by_n: dict[int, list[str]] = {}
+    for label, ns in counts.items():
+        for n in sorted(set(ns)):
+            by_n.setdefault(int(n), []).append(label)
+    if not by_n:
+        return "n = 0 seeds"
+
+    def tail(n: int) -> str:
+        if ci != "t_seeds":
+            return ""
+        return f", t = {_t_value(n, confidence):.3f}" if n > 1 else ", no interval"
+
+    default = max(by_n, key=lambda n: (len(by_n[n]), n))
+    parts = [f"n = {default} seed{'s' if default != 1 else ''} per cell{tail(default)}"]
+    for n in sorted(by_n):
+        if n != default:
+            parts.append(f"{', '.join(by_n[n])}: {n} seed{'s' if n != 1 else ''}{tail(n)}")
+    return "; ".join(parts)
+
+
+def ci_caption(ci: str, confidence: float, counts: Mapping[str, Iterable[int]]) -> str:
+    """Caption fragment naming the CI method and n: the seeds behind the cells of each row (``counts``: row
+    label -> seed counts, ``seed_counts``), with the t quantile of each count under t_seeds."""
+    n_text = seeds_text(ci, confidence, counts)
     pct = f"{confidence * 100:g}%"
     if ci == "t_seeds":
-        t = scipy.stats.t.ppf((1 + confidence) / 2, default - 1) if default > 1 else math.nan
-        t_text = f", t = {t:.3f}" if default > 1 else ""
-        return (
-            f"mean over seeds with {pct} Student t interval over per-seed means "
-            f"(ci=t_seeds, {n_text}{t_text})"
-        )
+        return f"mean over seeds with {pct} Student t interval over per-seed means (ci=t_seeds, {n_text})"
     if ci == "bootstrap":
         return (
             f"mean over prompts (each averaged over its seeds) with {pct} percentile bootstrap interval over "
@@ -128,6 +159,16 @@ def ci_caption(ci: str, confidence: float, expected: Mapping[str, int], names: N
         f"(the authors' interval; successes = sum over seeds of mean x prompts rounded to a whole count, "
         f"half to even, and the mean shown = successes / trials, as their maths_plots.py pools; "
         f"ci=wilson_pooled, {n_text})"
+    )
+
+
+def clip_caption(table: Table, metric: str) -> str:
+    """The caption sentence for cut intervals ("" when no cell of ``table`` was cut)."""
+    if not any(c is not None and c.interval.clipped for _, cells in table.rows for c in cells):
+        return ""
+    return (
+        f" {CLIPPED}: the interval reached past the range of {metric} ({unit_of(metric).range_text}) and is "
+        "cut at it (a t interval is symmetric; the metric is not)."
     )
 
 
@@ -151,7 +192,7 @@ def cell_intervals(
                 interval = bootstrap_interval(prompt_values(grp), confidence)
             except ValueError as exc:
                 raise ResultsError(f"ci=bootstrap: {exc}") from None
-            out[key] = (interval, tuple(int(s) for s in grp["seed"]))
+            out[key] = (clip_to_unit(interval, grp), tuple(int(s) for s in grp["seed"]))
             continue
         if ci == "wilson_pooled" and not is_proportion(metric := str(grp["metric"].iloc[0])):
             raise ResultsError(wilson_refusal(metric))
@@ -166,8 +207,14 @@ def cell_intervals(
             prompts if ci == "wilson_pooled" else None,
             confidence,
         )
-        out[key] = (interval, tuple(int(s) for s in grp["seed"]))
+        out[key] = (clip_to_unit(interval, grp), tuple(int(s) for s in grp["seed"]))
     return out
+
+
+def clip_to_unit(interval: Interval, grp: pd.DataFrame) -> Interval:
+    """``interval`` cut to the range of the metric of ``grp`` (``units.unit_of``; ``clipped`` marks a cut)."""
+    unit = unit_of(str(grp["metric"].iloc[0]))
+    return clip_interval(interval, unit.low, unit.high)
 
 
 def mark_best(rows: list[tuple[tuple[str, ...], list[Cell | None]]], group_of: int = 0) -> None:
@@ -284,18 +331,36 @@ def main_table(
     row_keys = row_order(zip(df["model"], df["method"], df["tag"], strict=True), names)
     datasets = ordered(df["dataset"], names.dataset_order)
     expected = {m: expected_for(m, expected_seeds, by_method) for m in df["method"].unique()}
-    caption = (
-        f"{label} (%) at T = {temperature:g}: {ci_caption(ci, confidence, expected, names)}. "
-        f"Bold: best mean per column within each model. {SHORT}: fewer seeds than expected; "
-        f"{NO_CI}: one seed, no interval. {rows_used(df, datasets, names)}"
-    )
-    return grid_table(
-        df, name=f"main_{metric}", caption=caption, row_keys=row_keys,
+    table = grid_table(
+        df, name=f"main_{metric}", caption="", row_keys=row_keys,
         row_label=lambda rk: (names.model(rk[0]), names.method(rk[1], rk[2])),
         col_keys=datasets, col_label=names.dataset,
         lookup=lambda rk, ds: (*rk, ds, round(float(temperature), 6)),
         ci=ci, confidence=confidence, expected=expected, bold=True, row_header=["Model", "Method"],
     )  # fmt: skip
+    return with_caption(
+        table, metric, f"{label} ({{unit}}) at T = {temperature:g}", ci, confidence,
+        f"Bold: best mean per column within each model. {SHORT}: fewer seeds than expected; "
+        f"{NO_CI}: one seed, no interval.", rows_used(df, datasets, names),
+    )  # fmt: skip
+
+
+def with_caption(
+    table: Table, metric: str, title: str, ci: str, confidence: float, marks: str, rows_text: str
+) -> Table:
+    """``table`` with the unit, scale and digits of ``metric`` (``units.unit_of``) and its caption: the
+    ``title`` (``{unit}`` filled in), the CI method with the seeds of each row as the cells hold them
+    (``seeds_text``), the ``marks`` and the sentence for intervals cut at the metric's range."""
+    unit = unit_of(metric)
+    table.unit, table.scale, table.digits = unit.unit, unit.scale, unit.digits
+    counts: dict[str, set[int]] = {}
+    for labels, cells in table.rows:
+        counts.setdefault(labels[1], set()).update(len(c.seeds) for c in cells if c is not None)
+    table.caption = (
+        f"{title.format(unit=unit.unit)}: {ci_caption(ci, confidence, counts)}. {marks}"
+        f"{clip_caption(table, metric)} {rows_text}"
+    ).rstrip()
+    return table
 
 
 def temperature_table(
@@ -318,17 +383,17 @@ def temperature_table(
     row_keys = [(*rk, ds) for rk in methods for ds in datasets if (*rk, ds) in present]
     temps = sorted(df["temperature"].unique())
     expected = {m: expected_for(m, expected_seeds, by_method) for m in df["method"].unique()}
-    caption = (
-        f"{label} (%) against sampling temperature: {ci_caption(ci, confidence, expected, names)}. "
-        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval. {rows_used(df, datasets, names)}"
-    )
-    return grid_table(
-        df, name=f"temperature_{metric}", caption=caption, row_keys=row_keys,
+    table = grid_table(
+        df, name=f"temperature_{metric}", caption="", row_keys=row_keys,
         row_label=lambda rk: (names.model(rk[0]), names.method(rk[1], rk[2]), names.dataset(rk[3])),
         col_keys=temps, col_label=lambda t: f"T={t:g}",
         lookup=lambda rk, t: (*rk, t),
         ci=ci, confidence=confidence, expected=expected, bold=False,
         row_header=["Model", "Method", "Dataset"],
+    )  # fmt: skip
+    return with_caption(
+        table, metric, f"{label} ({{unit}}) against sampling temperature", ci, confidence,
+        f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval.", rows_used(df, datasets, names),
     )  # fmt: skip
 
 
@@ -394,24 +459,27 @@ def ablation_table(
     models = ordered((r[0][0] for r in rows), [names.model(m) for m in names.model_order])
     rows.sort(key=lambda r: (models.index(r[0][0]), float(r[0][1]), r[0][2]))
     mark_best(rows)
-    t = scipy.stats.t.ppf((1 + confidence) / 2, expected_seeds - 1) if expected_seeds > 1 else math.nan
     why = (
         " (a Wilson interval needs correct counts; validation reward is not a proportion)"
         if ci != "t_seeds"
         else ""
     )
+    counts: dict[str, set[int]] = {}
+    for labels, cells in rows:
+        counts.setdefault(
+            f"{param} = {labels[1]}" + (f" [{labels[2]}]" if labels[2] != "-" else ""), set()
+        ).add(len(cells[0].seeds))
     caption = (
         f"{names.method(method)} {param} ablation"
         + (f" (runs tagged {tag_prefix}*)" if tag_prefix else "")
         + f": mean validation reward ({metric}) at "
         + (f"step {step}" if step is not None else "the final step")
         + ", "
-        f"{confidence * 100:g}% Student t interval over seeds (t_seeds, n = {expected_seeds} seeds per cell"
-        + (f", t = {t:.3f}" if expected_seeds > 1 else "")
+        f"{confidence * 100:g}% Student t interval over seeds (t_seeds, {seeds_text('t_seeds', confidence, counts)}"
         + f"){why}. Bold: best per model. {SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval."
     )
     table = Table("alpha_ablation", caption, ["Model", param, "Tag", "Step"], ["Val. reward"], rows,
-                  short_notes(rows, ["Val. reward"]), scale=1.0, digits=3)  # fmt: skip
+                  short_notes(rows, ["Val. reward"]), scale=1.0, digits=3, unit="validation reward")  # fmt: skip
     return table, notes
 
 
@@ -425,7 +493,9 @@ def format_cell(cell: Cell | None, scale: float, digits: int) -> tuple[str, bool
     iv = cell.interval
     text = f"{iv.mean * scale:.{digits}f}"
     if iv.has_interval:
-        text += f" [{iv.low * scale:.{digits}f}, {iv.high * scale:.{digits}f}]"
+        text += f" [{iv.low * scale:.{digits}f}, {iv.high * scale:.{digits}f}]" + (
+            CLIPPED if iv.clipped else ""
+        )
     else:
         text += NO_CI
     if cell.short:
@@ -452,7 +522,7 @@ def to_markdown(table: Table) -> str:
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-    SHORT: r"$^\dagger$", NO_CI: r"$^\ddagger$", "–": "--",
+    SHORT: r"$^\dagger$", NO_CI: r"$^\ddagger$", CLIPPED: r"$^\S$", "–": "--",
 }  # fmt: skip
 
 
@@ -501,6 +571,9 @@ def to_frame(table: Table) -> pd.DataFrame:
                     "ci_low": iv.low,
                     "ci_high": iv.high,
                     "ci_method": iv.method,
+                    "ci_clipped": iv.clipped,
+                    "unit": table.unit,
+                    "scale": table.scale,
                     "n_seeds": len(cell.seeds),
                     "expected_seeds": cell.expected,
                     "seeds": " ".join(str(s) for s in cell.seeds),

@@ -162,19 +162,29 @@ def _mean(values: list[float | None]) -> float:
 
 
 def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
-    """Every metric of one cell from its per-prompt rows (the authors' ones only when rows carry samples)."""
+    """Every metric of one cell from its per-prompt rows (the authors' ones only when rows carry samples).
+
+    A metric whose per-prompt field some row lacks is left out (the evaluator writes every field; older
+    cells and hand-made ones may not), so analysis can recompute whatever a cell's records can give.
+    """
     total = sum(r["n"] for r in per_prompt)
     n_min = min(r["n"] for r in per_prompt)
-    metrics: dict[str, float] = {
-        "reward_acc": sum(r["reward_correct"] for r in per_prompt) / total,
-        "true_acc": sum(r["true_correct"] for r in per_prompt) / total,
-        "reward_maj": sum(r["reward_maj"] for r in per_prompt) / len(per_prompt),
-        "true_maj": sum(r["true_maj"] for r in per_prompt) / len(per_prompt),
-        "mean_length": sum(r["mean_length"] * r["n"] for r in per_prompt) / total,
-    }
+
+    def have(field: str) -> bool:
+        return all(field in r for r in per_prompt)
+
+    metrics: dict[str, float] = {}
+    for name, field in (("reward_acc", "reward_correct"), ("true_acc", "true_correct")):
+        if have(field):
+            metrics[name] = sum(r[field] for r in per_prompt) / total
+    for name in ("reward_maj", "true_maj"):
+        if have(name):
+            metrics[name] = sum(r[name] for r in per_prompt) / len(per_prompt)
+    if have("mean_length"):
+        metrics["mean_length"] = sum(r["mean_length"] * r["n"] for r in per_prompt) / total
     # Rows from before the authors' column existed have no authors_correct: no authors_* metrics then.
-    kinds = ["reward", "true"]
-    if all("authors_correct" in r for r in per_prompt):
+    kinds = [kind for kind in ("reward", "true") if have(f"{kind}_correct")]
+    if have("authors_correct"):
         kinds.append("authors")
         metrics["authors_acc"] = sum(r["authors_correct"] for r in per_prompt) / total
     for k in PASS_KS:
@@ -185,7 +195,12 @@ def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
     if not all(has_samples(r) for r in per_prompt):
         return metrics
     names = [f"maj@{k}" for k in PASS_KS if k <= n_min]
-    names += ["reward_top1", "true_top1", "reward_best_of_n", "true_best_of_n", "agreement", "unique_answers"]
+    names += [
+        "reward_top1",
+        "true_top1",
+        *(f"{kind}_best_of_n" for kind in ("reward", "true") if kind in kinds),
+    ]
+    names += ["agreement", "unique_answers"]
     for name in names:
         metrics[name] = _mean([prompt_value(r, name) for r in per_prompt])
     rewards = np.array([x for r in per_prompt for x in r["rewards"]], dtype=float)

@@ -117,7 +117,7 @@ def cfg_for():
 
 
 GOLDEN_MAIN = """\
-**True accuracy (%) at T = 0: mean over seeds with 95% Student t interval over per-seed means (ci=t_seeds, n = 3 seeds per cell (Base model: 1), t = 4.303). Bold: best mean per column within each model. †: fewer seeds than expected; ‡: one seed, no interval. Rows evaluated: GSM8K 50, SVAMP 50.**
+**True accuracy (%) at T = 0: mean over seeds with 95% Student t interval over per-seed means (ci=t_seeds, n = 3 seeds per cell, t = 4.303; Base model: 1 seed, no interval). Bold: best mean per column within each model. †: fewer seeds than expected; ‡: one seed, no interval. Rows evaluated: GSM8K 50, SVAMP 50.**
 
 | Model | Method | GSM8K | SVAMP |
 |:---|:---|---:|---:|
@@ -288,7 +288,8 @@ def test_out_dir_option(tree, cfg_for, tmp_path):
     out = tmp_path / "mini"
     aggregate.run(cfg_for(f"results_dir={tree}", f"out_dir={out}", "expected_seeds=2"))
     md = (out / "main_true_acc.md").read_text()
-    assert "n = 2 seeds per cell" in md and "t = 12.706" in md
+    # The caption gives the seeds the cells hold (3, t = 4.303), not the number expected (issue 25 item 5).
+    assert "n = 3 seeds per cell, t = 4.303" in md and "12.706" not in md
     assert not (tree / "tables").exists()
 
 

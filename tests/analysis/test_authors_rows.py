@@ -29,7 +29,7 @@ from pspo_repro.analysis.stats import wilson_pooled
 from pspo_repro.analysis.tables import Names, cell_intervals, main_table, temperature_table
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
-from pspo_repro.evaluation.metrics import cell_metrics, prompt_value
+from pspo_repro.evaluation.metrics import cell_metrics, majority_vote, prompt_value
 
 CONF = str(PROJECT_ROOT / "conf")
 # Ten ASDiv-style golds: two have no number, so the authors' extractor returns None and their tables skip them.
@@ -50,7 +50,7 @@ def prompt_row(i: int, seed: int, n: int) -> dict:
     return {
         "id": f"asdiv_paper/{i}", "n": n, "reward_correct": sum(reward_flags), "true_correct": sum(true_flags),
         "authors_correct": sum(r > 0.5 for r in rewards), "authors_reward_mean": sum(rewards) / n,
-        "reward_maj": int(2 * sum(reward_flags) > n), "true_maj": int(2 * sum(true_flags) > n),
+        "reward_maj": int(majority_vote(answers, [bool(f) for f in reward_flags])), "true_maj": int(2 * sum(true_flags) > n),
         "mean_length": 20.0, "answers": answers, "reward_flags": reward_flags, "true_flags": true_flags,
         "rewards": rewards, "lengths": [20] * n, "timeouts": 0,
     }  # fmt: skip
