@@ -121,3 +121,12 @@ def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch)
     cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
     assert "zz_toy" in cfg.eval.methods
     assert {(m, t) for m, t, _ in mini.rl_runs(cfg) if m == "zz_toy"} == {("zz_toy", ""), ("zz_toy", STALE)}
+
+
+def test_committed_leaderboard_regenerates_byte_for_byte(tmp_path):
+    committed = PROJECT_ROOT / "results" / "leaderboard"
+    leaderboard.write(committed, tmp_path, "", STALE)
+    for name in ("leaderboard.md", "leaderboard.csv"):
+        assert (tmp_path / name).read_bytes() == (committed / name).read_bytes(), name
+    text = (committed / "leaderboard.md").read_text()
+    assert text.count("| ref |") == 2 and "19 methods, 3 seeds each" in text
