@@ -57,7 +57,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs, prompt_values
-from pspo_repro.analysis.stats import Interval, paired_comparison, t_interval
+from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
+from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values
 
@@ -144,8 +145,13 @@ def _seeds(n: int) -> str:
 
 
 def _interval_text(iv: Interval, signed: bool) -> str:
+    """``mean [low, high]``; an accuracy's (unsigned) interval is cut at [0, 100] % and marked ``§``."""
     f = _pp if signed else _pct
-    return f"{f(iv.mean)} [{f(iv.low)}, {f(iv.high)}]" if iv.has_interval else f"{f(iv.mean)} (one seed)"
+    if not iv.has_interval:
+        return f"{f(iv.mean)} (one seed)"
+    if not signed:
+        iv = clip_interval(iv, 0.0, 1.0)
+    return f"{f(iv.mean)} [{f(iv.low)}, {f(iv.high)}]" + (CLIPPED if iv.clipped else "")
 
 
 # ---------------------------------------------------------------- measurements

@@ -38,7 +38,8 @@ import pandas as pd
 from pspo_repro.analysis.claims import ClaimsError, Records
 from pspo_repro.analysis.regime import run_stats
 from pspo_repro.analysis.results_io import prompt_values
-from pspo_repro.analysis.stats import Interval, paired_comparison, t_interval
+from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
+from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values
 
@@ -168,16 +169,15 @@ def _mean_of(iv: Interval | None) -> float:
 
 
 def _pct(iv: Interval | None, signed: bool = False) -> str:
-    """``31.2 [24.0, 38.4]`` in percent; a proportion's bound outside [0, 100] is clipped and marked ``*``."""
+    """``31.2 [24.0, 38.4]`` in percent; a proportion's interval is cut at [0, 100] and marked ``§``."""
     if iv is None:
         return "-"
     f = (lambda x: f"{100 * x:+.1f}") if signed else (lambda x: f"{100 * x:.1f}")
     if not iv.has_interval:
         return f"{f(iv.mean)} (1 seed)"
-    low, high, mark = iv.low, iv.high, ""
-    if not signed and (low < 0 or high > 1):
-        low, high, mark = max(low, 0.0), min(high, 1.0), "*"
-    return f"{f(iv.mean)} [{f(low)}, {f(high)}]{mark}"
+    if not signed:
+        iv = clip_interval(iv, 0.0, 1.0)
+    return f"{f(iv.mean)} [{f(iv.low)}, {f(iv.high)}]" + (CLIPPED if iv.clipped else "")
 
 
 def _num(x: float, pct: bool = False, digits: int = 4) -> str:
@@ -238,7 +238,7 @@ def markdown(
         "## Policy-loss leaderboard\n\n"
         "Every registered method under the same token budget on the mini's task and SFT base "
         "(pspo_repro/analysis/leaderboard.py; docs/leaderboard.md). Accuracies in percent: mean over seeds "
-        "[95% Student t interval over seeds]; an interval clipped to [0, 100] is marked `*`. Gain and held-out "
+        "[95% Student t interval over seeds]; an interval cut at [0, 100] is marked `§`. Gain and held-out "
         "columns: per-seed differences from the base model, percentage points. Per prompt vs "
         f"{reference}: each prompt's greedy true accuracy averaged over seeds, mean difference [95% percentile "
         "bootstrap over prompts] and the paired t-test's p-value, Holm-adjusted within the table; vs column: "

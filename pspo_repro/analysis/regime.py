@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from pspo_repro.analysis.results_io import checked_metrics
-from pspo_repro.analysis.stats import t_interval
+from pspo_repro.analysis.stats import Interval, clip_interval, t_interval
+from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values
 from pspo_repro.common.run_dir import identity_problem
@@ -134,7 +135,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     caption = (
         f"Base model (SFT) greedy test accuracy: {_fmt(base, True)}%. Means over seeds; collapsed: the "
         "selected checkpoint below half of the base model's accuracy; reward fell: the last quarter's "
-        "training reward below half of the first steps'. Definitions: pspo_repro/analysis/regime.py.\n\n"
+        "training reward below half of the first steps'. A test-accuracy interval that reached past [0, 100] is "
+        f"cut there and marked {CLIPPED}. Definitions: pspo_repro/analysis/regime.py.\n\n"
     )
     head = caption + (
         "| Method | Seeds | Test acc. (T=0) [95% CI] | Val. reward first -> last | Zero-grad tokens % "
@@ -143,11 +145,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     )
     lines = []
     for r in rows:
-        ci = (
-            f" [{_fmt(r['test_acc_low'], True)}, {_fmt(r['test_acc_high'], True)}]"
-            if not math.isnan(r["test_acc_low"])
-            else ""
-        )
+        ci = ""
+        if not math.isnan(r["test_acc_low"]):  # an accuracy's t interval cut at [0, 100] %, marked
+            iv = clip_interval(
+                Interval(r["test_acc"], r["test_acc_low"], r["test_acc_high"], r["n_seeds"], "t_seeds"),
+                0.0,
+                1.0,
+            )
+            ci = f" [{_fmt(iv.low, True)}, {_fmt(iv.high, True)}]" + (CLIPPED if iv.clipped else "")
         lines.append(
             f"| {r['method']} | {r['n_seeds']} | {_fmt(r['test_acc'], True)}{ci} | "
             f"{_fmt(r['val_first'])} -> {_fmt(r['val_last'])} | "

@@ -81,7 +81,7 @@ def test_markdown_marks_clipped_intervals_and_lists_hyperparameters(study_rows):
     assert "| pspo | alpha=0.1, loss_agg=dapo, num_iterations=2 |" in text
     assert (out / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     iv = leaderboard.Interval(0.02, -0.03, 0.07, 3, "t_seeds")
-    assert leaderboard._pct(iv) == "2.0 [0.0, 7.0]*"
+    assert leaderboard._pct(iv) == "2.0 [0.0, 7.0]§"
     assert leaderboard._pct(iv, signed=True) == "+2.0 [-3.0, +7.0]"
 
 
