@@ -60,7 +60,7 @@ from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
-from pspo_repro.common.cli import parse_key_values
+from pspo_repro.common.cli import parse_key_values, run_writer
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
 KINDS = ("accuracy", "compare", "run_stat", "val_reward")
@@ -479,11 +479,4 @@ def main(argv: list[str] | None = None) -> int:
     if not spec.is_file():
         print(f"error: spec={spec} is not a file", file=sys.stderr)
         return 2
-    try:
-        paths = write(Path(args["results_dir"]), Path(args["out_dir"]), spec)
-    except (ValueError, KeyError, json.JSONDecodeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for p in paths:
-        print(f"wrote {p}")
-    return 0
+    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), spec)

@@ -41,7 +41,7 @@ from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
-from pspo_repro.common.cli import parse_key_values
+from pspo_repro.common.cli import parse_key_values, run_writer
 
 DATASET = "synthetic"  # the rewarded task
 HELDOUT = "synthetic_heldout"  # the held-out skill (never rewarded)
@@ -376,12 +376,5 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < alpha < 1:
         print(f"error: alpha={args.get('alpha')!r} must be a number in (0, 1)", file=sys.stderr)
         return 2
-    try:
-        paths = write(Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
+    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
                       args.get("offpolicy_tag") or None, args.get("reference") or "clip", alpha)  # fmt: skip
-    except (ValueError, KeyError, json.JSONDecodeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(f"wrote {path}")
-    return 0

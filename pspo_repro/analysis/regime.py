@@ -38,7 +38,7 @@ from pspo_repro.analysis.results_io import checked_metrics
 from pspo_repro.analysis.stats import Interval, clip_interval, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
-from pspo_repro.common.cli import parse_key_values
+from pspo_repro.common.cli import parse_key_values, run_writer
 from pspo_repro.common.run_dir import identity_problem
 from pspo_repro.common.safe_paths import check_name
 
@@ -236,16 +236,5 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # before anything is read or written
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        paths = write(
-            Path(args["results_dir"]),
-            Path(args["out_dir"]),
-            args.get("tag", ""),
-            args.get("name") or "regime",
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for path in paths:
-        print(f"wrote {path}")
-    return 0
+    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag", ""),
+                      args.get("name") or "regime")  # fmt: skip

@@ -330,3 +330,16 @@ def parse_key_values(
     if missing:
         return f"{', '.join(missing)} required (key=<folder>)"
     return args
+
+
+def run_writer(write: Any, *args: Any) -> int:
+    """Run a table command's ``write(*args)`` (it returns the paths it wrote) as a CLI: each path on
+    stdout, exit 0; a ValueError or KeyError (bad or missing records) is one ``error:`` line, exit 1."""
+    try:
+        paths = write(*args)
+    except (ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
