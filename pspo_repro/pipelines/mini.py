@@ -63,6 +63,10 @@ class StageError(RuntimeError):
     """A stage's subprocess failed; the message names its log file and ends with the log's tail."""
 
 
+class SettingsError(StageError):
+    """The pipeline's own settings are wrong (checked before anything runs or moves): exit status 2."""
+
+
 @dataclass
 class Job:
     """One subprocess of a stage: its command, a relative cost (for scheduling) and its log file."""
@@ -592,7 +596,7 @@ STAGE_FUNCS = {"data": do_data, "sft": do_sft, "rl": do_rl, "eval": do_eval, "ag
 
 def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StageError(f"{key} must be an integer >= 1, got {value!r}")
+        raise SettingsError(f"{key} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -600,20 +604,20 @@ def check_settings(cfg: DictConfig) -> list[str]:
     """The pipeline's own settings, checked before anything runs or moves; returns the wanted stages."""
     stages = cfg.get("stages")
     if not OmegaConf.is_list(stages) or not len(stages):
-        raise StageError(f"stages must be a non-empty list of {', '.join(STAGES)}, got {stages!r}")
+        raise SettingsError(f"stages must be a non-empty list of {', '.join(STAGES)}, got {stages!r}")
     wanted = [str(s) for s in stages]
     unknown = [s for s in wanted if s not in STAGES]
     if unknown:
-        raise StageError(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
+        raise SettingsError(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
     _positive_int("parallel", cfg.get("parallel"))
     _positive_int("threads", cfg.get("threads"))
     _positive_int("sft.threads", cfg.sft.get("threads", 1))
     if not isinstance(cfg.get("force"), bool):
-        raise StageError(f"force must be true or false, got {cfg.get('force')!r}")
+        raise SettingsError(f"force must be true or false, got {cfg.get('force')!r}")
     try:
         check_file_names(cfg)
     except UnsafePathError as exc:
-        raise StageError(str(exc)) from None
+        raise SettingsError(str(exc)) from None
     return wanted
 
 
@@ -642,7 +646,7 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
         fresh = not (root / "work").exists() and any((root / d).is_dir() for d in ("runs", "eval"))
         missing = [s for s in STAGES[: STAGES.index("eval")] if s not in wanted]
         if fresh and missing:  # checked before anything moves: the committed copy stays where it is
-            raise StageError(
+            raise SettingsError(
                 f"stages={wanted}: {root} holds committed results and no work/ folder (a fresh clone), so the "
                 f"stages before them ({', '.join(missing)}) have no outputs here; run every stage to recompute "
                 "and compare with the committed copy (nothing was moved)"
@@ -726,7 +730,7 @@ def main(cfg: DictConfig) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         timings = run_pipeline(cfg)
-    except StageError as exc:
+    except StageError as exc:  # bad settings (nothing ran or moved): 2, as every command; a failed stage: 1
         print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(2 if isinstance(exc, SettingsError) else 1)
     print(summary(mini_root(cfg), timings), flush=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -442,10 +444,23 @@ def test_claims_job_only_when_configured(tmp_path):
 )
 def test_bad_pipeline_settings_are_refused_before_anything_runs(tmp_path, override, message):
     cfg = _compose([f"root={tmp_path / 'r'}", override])
-    with pytest.raises(mini.StageError) as err:
+    with pytest.raises(mini.SettingsError) as err:
         mini.run_pipeline(cfg)
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_bad_settings_exit_2_in_one_line(tmp_path):
+    """The command, not just the function: bad settings are one line and exit status 2, as every command."""
+    root = tmp_path / "r"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pspo_repro.mini", f"root={root}", "parallel=0"],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=300,
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0] == "error: parallel must be an integer >= 1, got 0"
+    assert not root.exists()
 
 
 def test_later_stages_on_a_fresh_clone_move_nothing(tmp_path):
