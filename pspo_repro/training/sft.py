@@ -214,7 +214,9 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     marker = out_dir / MARKER
     identity = _identity(cfg)
     if marker.exists():
-        return _finished_record(marker, out_dir, identity)
+        done = _finished_record(marker, out_dir, identity)
+        if done is not None:
+            return done
 
     import torch
     from trl import SFTConfig, SFTTrainer
@@ -303,9 +305,18 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     return record
 
 
-def _finished_record(marker: Path, out_dir: Path, identity: dict[str, Any]) -> dict[str, Any]:
-    """Skip step: the finished stage's ``sft.json``, refused when another config wrote it."""
-    done = json.loads(marker.read_text())
+def _finished_record(marker: Path, out_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """Skip step: the finished stage's ``sft.json``, refused when another config wrote it; None (train again,
+    with one warning naming the file) when it is cut, edited or not UTF-8 and so says nothing."""
+    try:
+        done = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        done, why = None, str(exc).splitlines()[0]
+    else:
+        why = "not an SFT record with its validation accuracy"
+    if not isinstance(done, dict) or not isinstance(done.get("val"), dict) or "accuracy" not in done["val"]:
+        log.warning("%s: %s; training again", marker, why)
+        return None
     if done.get("identity") != identity:
         raise RuntimeError(
             f"{marker} was written by a different SFT config; delete {out_dir} or set out_dir=... "

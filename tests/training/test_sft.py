@@ -106,3 +106,23 @@ def test_reduced_sft_end_to_end(results_root, tiny_model_dir):
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
     assert again["train_loss"] == record["train_loss"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"identity": {"a": 1}, "val": {"accur', b"\xff\xfe not utf-8", b"[1, 2]", b'{"identity": {}}', b""],
+)
+def test_a_corrupted_finished_marker_means_train_again(tmp_path, caplog, content):
+    marker = tmp_path / sft.MARKER
+    marker.write_bytes(content)
+    with caplog.at_level("WARNING"):
+        assert sft._finished_record(marker, tmp_path, {"a": 1}) is None
+    assert str(marker) in caplog.text and "training again" in caplog.text
+
+
+def test_a_finished_marker_of_another_config_is_refused(tmp_path):
+    marker = tmp_path / sft.MARKER
+    marker.write_text(json.dumps({"identity": {"a": 2}, "val": {"accuracy": 0.5}}))
+    with pytest.raises(RuntimeError, match="different SFT config"):
+        sft._finished_record(marker, tmp_path, {"a": 1})
+    assert sft._finished_record(marker, tmp_path, {"a": 2})["val"]["accuracy"] == 0.5
