@@ -577,10 +577,17 @@ def no_model(monkeypatch):
 @pytest.fixture
 def hydra_logging_undone():
     """Hydra's multirun (``-m``) points logging handlers at this test's captured stderr; drop them after
-    the test, else the next case's log records go to a closed stream (a logging traceback on its stderr)."""
+    the test, else the next case's log records go to a closed stream (a logging traceback on its stderr).
+    Handlers on a closed stream that an earlier test left (the order under xdist varies) are dropped first."""
     import logging
 
     loggers = [logging.getLogger(), *(logging.getLogger(n) for n in list(logging.root.manager.loggerDict))]
+    for lg in loggers:  # an earlier test (any file, same worker) may have left a handler on a closed capture
+        lg.handlers[:] = [
+            h
+            for h in lg.handlers
+            if not (isinstance(h, logging.StreamHandler) and getattr(h.stream, "closed", False))
+        ]
     saved = {id(lg): (lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers}
     yield
     for lg in [logging.getLogger(), *(logging.getLogger(n) for n in list(logging.root.manager.loggerDict))]:
