@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 
 from pspo_repro.analysis.claims import ClaimsError, Records
-from pspo_repro.analysis.regime import run_stats
+from pspo_repro.analysis.regime import folder_stats, mean_finite
 from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
@@ -87,9 +87,9 @@ def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
     for r in sel.sort_values("seed").to_dict("records"):
         folder = Path(r["run_dir"])
         info = json.loads((folder / "run.json").read_text())
-        max_norm = float(info["config"]["trainer"].get("max_grad_norm") or math.inf)
-        out.append({"seed": int(r["seed"]), **run_stats(folder / "metrics.jsonl", max_norm),
-                    "hyperparameters": _hyperparameters(info)})  # fmt: skip
+        out.append(
+            {"seed": int(r["seed"]), **folder_stats(folder, info), "hyperparameters": _hyperparameters(info)}
+        )
     return out
 
 
@@ -122,7 +122,8 @@ def regime_rows(
             for temp in TEMPERATURES:
                 seeds = _per_seed(_values(rec, method, tag, DATASET, temp, metric))
                 row[f"{metric}_T{temp:g}"] = _interval(list(seeds.values()), confidence)
-        greedy = _per_seed(_values(rec, method, tag, DATASET, 0.0, "true_acc"))
+        greedy_cells = _values(rec, method, tag, DATASET, 0.0, "true_acc")  # the gain, collapses, the test
+        greedy = _per_seed(greedy_cells)
         row["n_seeds"] = len(greedy)
         row["gain"] = _interval([v - base for v in greedy.values()], confidence) if base is not None else None
         held = _per_seed(_values(rec, method, tag, HELDOUT, 0.0, "true_acc"))
@@ -130,16 +131,17 @@ def regime_rows(
             _interval([v - base_held for v in held.values()], confidence) if base_held is not None else None
         )
         runs = _run_rows(rec, method, tag)
-        row["zero_grad"] = _mean([r["zero_grad"] for r in runs])
-        row["behaviour_kl"] = _mean([r["behaviour_kl"] for r in runs])
+        row["zero_grad"] = mean_finite([r["zero_grad"] for r in runs])
+        row["behaviour_kl"] = mean_finite([r["behaviour_kl"] for r in runs])
         fell = {r["seed"] for r in runs if r["reward_fell"]}
         lost = {s for s, v in greedy.items() if base is not None and v <= base}
         row["collapsed"] = len(fell | lost)
         row["hyperparameters"] = runs[0]["hyperparameters"] if runs else ""
         row["paired"] = None
         if method != reference and len(ref_cells) and greedy:
-            mine = _values(rec, method, tag, DATASET, 0.0, "true_acc")
-            row["paired"] = paired_comparison(prompt_values(mine), prompt_values(ref_cells), confidence)
+            row["paired"] = paired_comparison(
+                prompt_values(greedy_cells), prompt_values(ref_cells), confidence
+            )
         rows.append(row)
     tested = [r for r in rows if r["paired"] is not None and not math.isnan(r["paired"].p_value)]
     if tested:
@@ -154,11 +156,6 @@ def regime_rows(
     for rank, r in enumerate(rows, 1):
         r["rank"] = rank
     return rows
-
-
-def _mean(xs: list[float]) -> float:
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else math.nan
 
 
 def _mean_of(iv: Interval | None) -> float:

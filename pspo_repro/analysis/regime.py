@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 COLLAPSE_RATIO = 0.5
 
 
-def _mean(xs: list[float]) -> float:
+def mean_finite(xs: list[float]) -> float:
+    """Mean of the finite values (None and NaN left out); NaN when there are none."""
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return sum(xs) / len(xs) if xs else math.nan
 
@@ -59,21 +60,27 @@ def run_stats(metrics_path: Path, max_grad_norm: float) -> dict[str, float | boo
     rewards = [r["train/reward"] for r in steps if r.get("train/reward") is not None]
     vals = [r["eval/reward"] for r in rows if r.get("eval/reward") is not None]
     norms = [r["train/grad_norm"] for r in steps if r.get("train/grad_norm") is not None]
-    first = _mean(rewards[:3])
-    last = _mean(rewards[-max(1, len(rewards) // 4) :])
+    first = mean_finite(rewards[:3])
+    last = mean_finite(rewards[-max(1, len(rewards) // 4) :])
     return {
         "val_first": vals[0] if vals else math.nan,
         "val_last": vals[-1] if vals else math.nan,
         "reward_first": first,
         "reward_last": last,
-        "zero_grad": _mean([r.get("method/zero_grad_frac") for r in steps]),
-        "zero_grad_reuse": _mean([r.get("method/zero_grad_frac") for r in reuse]),
-        "ratio_std": _mean([r.get("train/ratio_std") for r in reuse]),
-        "behaviour_kl": _mean([r.get("train/behaviour_kl") for r in reuse]),
-        "grad_clipped": _mean([float(n > max_grad_norm) for n in norms]),
+        "zero_grad": mean_finite([r.get("method/zero_grad_frac") for r in steps]),
+        "zero_grad_reuse": mean_finite([r.get("method/zero_grad_frac") for r in reuse]),
+        "ratio_std": mean_finite([r.get("train/ratio_std") for r in reuse]),
+        "behaviour_kl": mean_finite([r.get("train/behaviour_kl") for r in reuse]),
+        "grad_clipped": mean_finite([float(n > max_grad_norm) for n in norms]),
         "reward_fell": bool(rewards) and last < COLLAPSE_RATIO * first,
         "steps": len(steps),
     }
+
+
+def folder_stats(folder: Path, info: dict[str, Any]) -> dict[str, float | bool]:
+    """``run_stats`` of the run in ``folder`` whose run.json is ``info`` (its ``max_grad_norm``)."""
+    max_norm = float(info["config"]["trainer"].get("max_grad_norm") or math.inf)
+    return run_stats(folder / "metrics.jsonl", max_norm)
 
 
 def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float | None:
@@ -98,8 +105,7 @@ def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
             continue
         folder = info_path.parent
         model, method = folder.parent.parent.name, folder.parent.name
-        max_norm = float(info["config"]["trainer"].get("max_grad_norm") or math.inf)
-        stats = run_stats(folder / "metrics.jsonl", max_norm)
+        stats = folder_stats(folder, info)
         stats["test_acc"] = _test_acc(results_dir, model, method, folder.name)
         by_method.setdefault((model, method), []).append(stats)
     rows = []
@@ -113,7 +119,7 @@ def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
         row["test_acc_high"] = ci.high if ci else math.nan
         for key in ("val_first", "val_last", "zero_grad", "zero_grad_reuse", "ratio_std", "behaviour_kl",
                     "grad_clipped"):  # fmt: skip
-            row[key] = _mean([r[key] for r in runs])
+            row[key] = mean_finite([r[key] for r in runs])
         row["base_acc"] = math.nan if base is None else base
         row["collapsed"] = (
             sum(a < COLLAPSE_RATIO * base for a in accs) if base is not None and accs else math.nan
@@ -190,7 +196,7 @@ def fractions_figure(results_dir: Path, tag: str):
     for ax, data, label in ((axes[0], series, "zero-gradient tokens"), (axes[1], kls, "KL(old || new)")):
         for method, pts in sorted(data.items()):
             xs = sorted(pts)
-            ax.plot(xs, [_mean(pts[x]) for x in xs], label=method, lw=1.2)
+            ax.plot(xs, [mean_finite(pts[x]) for x in xs], label=method, lw=1.2)
         ax.set_xlabel("tokens (prompt + completion)")
         ax.set_ylabel(label)
     axes[0].legend(fontsize=7)
