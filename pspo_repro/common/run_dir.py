@@ -34,6 +34,7 @@ INFRA_TRAINER_KEYS = frozenset(
         "disable_tqdm",
         "log_completions",
         "save_steps",
+        "log_update_norm",  # a logged statistic, not what is learned
         "skip_nonfinite",  # how a failure is handled: switching it on to get past a NaN reopens the run
         "vllm_server_host",  # where the generation server listens, not what is learned
         "vllm_server_port",

@@ -26,12 +26,19 @@ def soft_gate(ratio: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Ten
     return s * (4.0 / tau), s
 
 
+# A gate weight below this is a gradient "that vanishes": under a tenth of noclip's on that token (GR-PSPO's
+# weight is the constant 1 - alpha = 0.9 at its default; claim 10 of conf/claims.yaml reads the share below it).
+GATE_SMALL = 0.1
+
+
 def gate_metrics(m: Masked, s: torch.Tensor, sat: torch.Tensor, adv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Gate weight ``4 s (1 - s)`` (the gradient scale relative to noclip) and the exact-zero fraction."""
+    """Gate weight ``4 s (1 - s)`` (the gradient scale relative to noclip), the share of tokens (with a
+    non-zero advantage) whose weight is below ``GATE_SMALL``, and the exact-zero fraction."""
     core = s.addcmul(s, s, value=-1.0)  # s (1 - s) in one pass; the factor 4 is applied to the scalars
     return {
         "gate_mean": 4.0 * m.mean(core),
         "gate_min": 4.0 * m.min(core),
+        "gate_small_frac": zero_grad_frac(m, 4.0 * core < GATE_SMALL, adv),
         # sigmoid's backward is s (1 - s): exactly zero once s saturates to 0 or 1 in floating point
         "zero_grad_frac": zero_grad_frac(m, (core == 0) | sat, adv),
     }

@@ -36,6 +36,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.analysis.tuning import Selection, TuningError, select
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.run_dir import INFRA_TRAINER_KEYS
@@ -276,24 +277,69 @@ def group_seeds(cfg: DictConfig, group: DictConfig) -> list[int]:
     return [int(s) for s in (group.get("seeds") or cfg.rl.seeds)]
 
 
-def rl_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
-    """Every (method, tag, seed) the rl groups produce (tag as run_dir.tag_from_overrides builds it:
-    the group's ``tag`` (passed as ``run_tag``), ``as_run`` for ``variant=as_run``, then ``{key}{value}``
-    of its swept method/trainer keys other than the infrastructure ones, which name no folder)."""
+def _point_tag(group: DictConfig, point: dict[str, str]) -> str:
+    """A sweep point's folder tag (as run_dir.tag_from_overrides builds it): the group's ``tag`` (passed as
+    ``run_tag``), ``as_run`` for ``variant=as_run``, then ``{key}{value}`` of its method/trainer keys other
+    than the infrastructure ones, which name no folder."""
+    tag_keys = sorted(
+        k for k in point
+        if k.startswith(("method.", "trainer.")) and k.split(".", 1)[1] not in INFRA_TRAINER_KEYS
+    )  # fmt: skip
+    swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
+    # variant=as_run appends ``as_run`` to run_tag before the swept keys (training.grpo.apply_per_method)
+    as_run = "as_run" if point.get("variant") == "as_run" else ""
+    return "-".join(t for t in (str(group.get("tag") or ""), as_run, swept) if t)
+
+
+def _points(group: DictConfig) -> list[dict[str, str]]:
+    sweep = {k: _sweep_values(v) for k, v in group.sweep.items()}
+    keys = sorted(sweep)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(sweep[k] for k in keys))]
+
+
+def selections(cfg: DictConfig, root: Path, group: DictConfig) -> list[Selection]:
+    """A ``select`` group's choices, one per sweep point: ``select: {tag, key, values, seeds}`` names the
+    tuning runs (``{method}/seed{s}-{tag}-...{key}{value}...`` with the point's other swept keys), and
+    ``analysis.tuning.select`` picks by validation reward, never the test split. TuningError while those
+    runs are missing or unfinished."""
+    sel = group.select
+    key, values = str(sel.key), _sweep_values(sel["values"])
+    seeds = [int(s) for s in sel.seeds]
+    out = []
+    for point in _points(group):
+        others = {k: v for k, v in point.items() if k != "method"}
+        out.append(select(root / "runs" / MODEL_NAME, point["method"], str(sel.tag), key, values, seeds, others))
+    return out
+
+
+def group_points(cfg: DictConfig, group: DictConfig, root: Path | None) -> list[dict[str, str]]:
+    """The sweep points a group runs: its sweep's product, a ``select`` group's with the chosen value of the
+    selected key added (TuningError when ``root`` is None or the tuning runs are not finished)."""
+    points = _points(group)
+    if not group.get("select"):
+        return points
+    if root is None:
+        raise TuningError(f"rl group {group.name}: its selection needs the results folder")
+    key = str(group.select.key)
+    return [{**p, key: s.chosen} for p, s in zip(points, selections(cfg, root, group), strict=True)]
+
+
+def rl_runs(
+    cfg: DictConfig, root: Path | None = None, unresolved: bool = False
+) -> list[tuple[str, str, int]]:
+    """Every (method, tag, seed) the rl groups produce (tags: ``_point_tag``). A ``select`` group's runs
+    need its tuning runs under ``root``; ``unresolved=True`` leaves out the groups that cannot be resolved
+    yet instead of raising TuningError."""
     out = []
     for group in cfg.rl.groups:
-        sweep = {k: _sweep_values(v) for k, v in group.sweep.items()}
-        keys = sorted(sweep)
-        for combo in itertools.product(*(sweep[k] for k in keys)):
-            point = dict(zip(keys, combo, strict=True))
-            tag_keys = sorted(
-                k for k in point
-                if k.startswith(("method.", "trainer.")) and k.split(".", 1)[1] not in INFRA_TRAINER_KEYS
-            )  # fmt: skip
-            swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
-            # variant=as_run appends ``as_run`` to run_tag before the swept keys (training.grpo.apply_per_method)
-            as_run = "as_run" if point.get("variant") == "as_run" else ""
-            tag = "-".join(t for t in (str(group.get("tag") or ""), as_run, swept) if t)
+        try:
+            points = group_points(cfg, group, root)
+        except TuningError:
+            if unresolved:
+                continue
+            raise
+        for point in points:
+            tag = _point_tag(group, point)
             for seed in group_seeds(cfg, group):
                 out.append((point["method"], tag, seed))
     return out
@@ -312,26 +358,39 @@ def run_status(folder: Path) -> str | None:
         return None
 
 
-def rl_jobs(cfg: DictConfig, root: Path) -> list[Job]:
-    """One Hydra multirun of pspo_repro.train per rl group (the GRPO grid's own code path)."""
+def rl_jobs(cfg: DictConfig, root: Path, phase: str = "all") -> list[Job]:
+    """One Hydra multirun of pspo_repro.train per rl group (the GRPO grid's own code path).
+
+    ``phase``: ``sweep`` (the groups without ``select``), ``select`` (those with it: one job per group and
+    sweep point, at the value chosen from its tuning group's finished runs) or ``all``.
+    """
     tagged = [o for o in map(str, cfg.rl.overrides) if o.lstrip("+~").startswith(("method.", "trainer."))]
     if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
         raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
     jobs = []
     for group in cfg.rl.groups:
+        if (phase == "sweep" and group.get("select")) or (phase == "select" and not group.get("select")):
+            continue
         seeds = ",".join(map(str, group_seeds(cfg, group)))
-        cmd = [
-            sys.executable, "-m", "pspo_repro.train", "-m",
-            f"experiment={group.get('experiment') or cfg.rl.experiment}",
-            f"data.prompt_template={cfg.prompt_template}",
-            *([f"run_tag={group.tag}"] if group.get("tag") else []),
-            *[f"{k}={_sweep_text(v)}" for k, v in group.sweep.items()],
-            f"seed={seeds}",
-            f"hydra/launcher={cfg.rl.launcher}",
-            f"hydra.sweep.dir={root / 'work' / 'hydra' / f'rl-{group.name}'}",
-            *map(str, cfg.rl.overrides),
-        ]  # fmt: skip
-        jobs.append(Job(f"rl-{group.name}", cmd, float(group.get("cost", 1.0))))
+        sweeps = (
+            [{k: str(v) for k, v in p.items()} for p in group_points(cfg, group, root)]
+            if group.get("select")
+            else [{k: _sweep_text(v) for k, v in group.sweep.items()}]
+        )
+        for i, sweep in enumerate(sweeps):
+            name = f"rl-{group.name}" + (f"-{i}" if len(sweeps) > 1 else "")
+            cmd = [
+                sys.executable, "-m", "pspo_repro.train", "-m",
+                f"experiment={group.get('experiment') or cfg.rl.experiment}",
+                f"data.prompt_template={cfg.prompt_template}",
+                *([f"run_tag={group.tag}"] if group.get("tag") else []),
+                *[f"{k}={v}" for k, v in sweep.items()],
+                f"seed={seeds}",
+                f"hydra/launcher={cfg.rl.launcher}",
+                f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
+                *map(str, cfg.rl.overrides),
+            ]  # fmt: skip
+            jobs.append(Job(name, cmd, float(group.get("cost", 1.0)) / len(sweeps)))
     return jobs
 
 
@@ -370,7 +429,16 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
         raise StageError(
             f"eval.method_overrides: {', '.join(unknown)} not in eval.methods ({', '.join(sorted(methods))}) or baseline"
         )
-    runs = [(m, t, run_dir_of(root, m, t, s)) for m, t, s in rl_runs(cfg) if m in methods and t in tags]
+    prefixes = [str(p) for p in (cfg.eval.get("tag_prefixes") or [])]
+    try:
+        every = rl_runs(cfg, root)
+    except TuningError as exc:
+        raise StageError(f"eval: {exc} (rerun the rl stage)") from None
+
+    def wanted(t: str) -> bool:
+        return t in tags or any(t.startswith(p + "-") for p in prefixes)
+
+    runs = [(m, t, run_dir_of(root, m, t, s)) for m, t, s in every if m in methods and wanted(t)]
     missing = [str(r) for _, _, r in runs if run_status(r) != "finished"]
     if missing:
         raise StageError(f"eval: runs not finished (rerun the rl stage): {', '.join(missing)}")
@@ -380,8 +448,21 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     # method_overrides act on the untagged main runs only; eval.tagged_overrides on every tagged run
     # (e.g. the study's regimes at T = 0 only, while its main runs get the temperature sweep).
     tagged = [str(o) for o in (cfg.eval.get("tagged_overrides") or [])]
+    # eval.prefix_method_overrides: {prefix: {method: [...]}} for the tagged runs of a prefix (e.g. the
+    # tuning-matched runs whose temperature sweep a claim reads), in place of tagged_overrides.
+    by_prefix = {str(p): {str(m): [str(o) for o in ov] for m, ov in v.items()}
+                 for p, v in (cfg.eval.get("prefix_method_overrides") or {}).items()}  # fmt: skip
+
+    def overrides_of(m: str, t: str) -> list[str]:
+        if not t:
+            return extra.get(m, [])
+        for p, table in by_prefix.items():
+            if t.startswith(p + "-") and m in table:
+                return table[m]
+        return tagged
+
     for m, t, r in runs:
-        groups.setdefault(tuple(extra.get(m, []) if not t else tagged), []).append(r)
+        groups.setdefault(tuple(overrides_of(m, t)), []).append(r)
     jobs = []
     for g, (added, folders) in enumerate(groups.items()):
         # Cost ~ completions per model: 1 greedy + n samples per prompt at each sampled temperature.
@@ -434,7 +515,8 @@ def count_cells(root: Path) -> int:
 def ablation_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:
     """The alpha ablation's runs: pspo runs whose tag starts with ``aggregate.ablation_tag_prefix``."""
     prefix = cfg.aggregate.get("ablation_tag_prefix")
-    return [r for r in rl_runs(cfg) if r[0] == "pspo" and prefix and r[1].startswith(str(prefix))]
+    runs = rl_runs(cfg, unresolved=True)  # the ablation is a plain sweep: no selection to resolve
+    return [r for r in runs if r[0] == "pspo" and prefix and r[1].startswith(str(prefix))]
 
 
 def ablation_step(cfg: DictConfig, root: Path) -> int | None:
@@ -503,19 +585,72 @@ def do_sft(cfg: DictConfig, root: Path) -> dict[str, Any]:
 
     with _bar(None, "sft", "step") as bar:
         run_jobs([job], 1, child_env(cfg, root, int(cfg.sft.threads)), bar, progress)
-    return {"val_accuracy": json.loads(marker.read_text())["val"]["accuracy"]}
+    return {
+        "val_accuracy": json.loads(marker.read_text())["val"]["accuracy"],
+        "model_sha256": model_sha256(root / "work" / "sft" / "model"),
+    }
+
+
+def model_sha256(folder: Path) -> str | None:
+    """sha256 over the SFT model's weight files (sorted by name), or None when there are none."""
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def check_same_base(info: dict[str, Any], committed: dict[str, Any] | None, root: Path) -> None:
+    """``reuse_committed``: the recomputed SFT base must be the one the committed runs were trained from
+    (same weights hash where the committed record has one, else the same validation accuracy), or the new
+    runs would be compared with runs of another base. StageError otherwise."""
+    if not isinstance(committed, dict):
+        raise StageError(f"reuse_committed: {root / 'timings.json'} has no sft record to check the base against")
+    want, got = committed.get("model_sha256"), info.get("model_sha256")
+    if want is not None and want != got:
+        raise StageError(f"reuse_committed: the recomputed SFT base (sha256 {got}) differs from the committed "
+                         f"runs' ({want}); rerun without reuse_committed to recompute every run")  # fmt: skip
+    if committed.get("val_accuracy") != info.get("val_accuracy"):
+        raise StageError(
+            f"reuse_committed: the recomputed SFT base's validation accuracy {info.get('val_accuracy')} differs "
+            f"from the committed runs' base ({committed.get('val_accuracy')}); rerun without reuse_committed"
+        )
+    print(f"[mini] reuse_committed: SFT base matches the committed one (validation accuracy "
+          f"{info.get('val_accuracy')}{', weights sha256 ' + got[:12] if want else ''})", flush=True)  # fmt: skip
 
 
 def do_rl(cfg: DictConfig, root: Path) -> dict[str, Any]:
-    """Stage 3: the GRPO grid as Hydra multiruns; progress = finished run folders."""
-    jobs = rl_jobs(cfg, root)
-    for j in jobs:
-        j.log = root / "work" / "logs" / f"{j.name}.log"
-    runs = rl_runs(cfg)
-    with _bar(len(runs), "rl runs", "run") as bar:
-        run_jobs(jobs, int(cfg.parallel), child_env(cfg, root, int(cfg.threads)), bar,
-                 lambda: sum(run_status(run_dir_of(root, *r)) == "finished" for r in runs))  # fmt: skip
-    return {"runs": len(runs)}
+    """Stage 3: the GRPO grid as Hydra multiruns; progress = finished run folders.
+
+    Two phases when a group selects a value from another's runs (``select``, the tuning-matched protocol):
+    the sweeps first, then the selected groups at the values their tuning runs chose.
+    """
+    env = child_env(cfg, root, int(cfg.threads))
+    info: dict[str, Any] = {}
+    total = len(rl_runs(cfg, root, unresolved=True)) + sum(
+        len(_points(g)) * len(group_seeds(cfg, g)) for g in cfg.rl.groups if g.get("select")
+    )
+    with _bar(total, "rl runs", "run") as bar:
+        for phase in ("sweep", "select"):
+            jobs = rl_jobs(cfg, root, phase)
+            for j in jobs:
+                j.log = root / "work" / "logs" / f"{j.name}.log"
+            runs = rl_runs(cfg, root, unresolved=True)
+            run_jobs(jobs, int(cfg.parallel), env, bar,
+                     lambda runs=runs: sum(run_status(run_dir_of(root, *r)) == "finished" for r in runs))  # fmt: skip
+        info["runs"] = len(rl_runs(cfg, root))
+        chosen = {
+            f"{g.name}/{s.method}": {"key": s.key, "chosen": s.chosen, "scores": s.scores}
+            for g in cfg.rl.groups if g.get("select") for s in selections(cfg, root, g)
+        }  # fmt: skip
+        if chosen:
+            info["selected"] = chosen
+    return info
 
 
 def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
@@ -528,7 +663,9 @@ def do_eval(cfg: DictConfig, root: Path) -> dict[str, Any]:
     heldout = [str(o) for o in (cfg.eval.get("heldout") or [])]
     tagged = [str(o) for o in (cfg.eval.get("tagged_overrides") or [])]
     tags = {"", *map(str, cfg.eval.get("tags") or [])}
-    n_tagged = sum(1 for m, t, _ in rl_runs(cfg) if t and t in tags and m in set(cfg.eval.methods))
+    prefixes = tuple(f"{p}-" for p in (cfg.eval.get("tag_prefixes") or []))
+    n_tagged = sum(1 for m, t, _ in rl_runs(cfg, root)
+                   if t and (t in tags or t.startswith(prefixes)) and m in set(cfg.eval.methods))  # fmt: skip
     n_cells = (n_models - n_tagged) * _n_temps(overrides) + n_tagged * _n_temps(overrides + tagged)
     n_cells += n_models * _n_temps(overrides + heldout) if heldout else 0
     with _bar(n_cells, "eval cells", "cell") as bar:
@@ -651,7 +788,14 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
                 f"stages before them ({', '.join(missing)}) have no outputs here; run every stage to recompute "
                 "and compare with the committed copy (nothing was moved)"
             )
-        mini_committed.set_aside(root)
+        if cfg.get("reuse_committed"):
+            if not isinstance(cfg.reuse_committed, bool):
+                raise SettingsError(f"reuse_committed must be true or false, got {cfg.reuse_committed!r}")
+            print(f"[mini] reuse_committed: the finished runs and cells under {root} are kept and skipped; only "
+                  "what is missing runs (the SFT base is recomputed and checked against the committed one)",
+                  flush=True)  # fmt: skip
+        else:
+            mini_committed.set_aside(root)
     timings_path = root / "timings.json"
     previous = (_read_record(timings_path) or {}).get("stages")
     timings: dict[str, Any] = {
@@ -674,6 +818,8 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
             continue
         t0, c0 = time.time(), _children_cpu()
         info = STAGE_FUNCS[stage](cfg, root)
+        if stage == "sft" and cfg.get("reuse_committed"):
+            check_same_base(info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root)
         rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
         write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
         timings["stages"][stage] = rec

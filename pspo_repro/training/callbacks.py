@@ -165,3 +165,46 @@ class NonFiniteCallback(TrainerCallback):
         """Add ``nonfinite_skipped`` (the running count) to each training log."""
         if self.skip and logs is not None and "train_runtime" not in logs:
             logs["nonfinite_skipped"] = len(self.skipped_steps)
+
+
+class UpdateNormCallback(TrainerCallback):
+    """Log ``update_norm``: the L2 norm of the parameter change made by each optimizer step.
+
+    Under Adam the update is invariant to a constant scale of the gradient, so two methods whose gradients
+    differ by a constant factor (GR-PSPO and GRPO-noclip) take the same steps; the logged update norm (beside
+    TRL's pre-clip ``grad_norm``) shows where they do not. It costs one copy of the trainable parameters per
+    step (``trainer.log_update_norm``; off in the paper-scale configs, where that copy is gigabytes).
+    """
+
+    def __init__(self) -> None:
+        self.before: list[Any] | None = None
+        self.last: float | None = None
+
+    def _params(self, model) -> list[Any]:
+        return [p for p in model.parameters() if p.requires_grad]
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        """Keep a copy of the trainable parameters (after gradient clipping, before the update)."""
+        import torch
+
+        with torch.no_grad():
+            self.before = [p.detach().clone() for p in self._params(model)]
+        return control
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        """The norm of (parameters now - the copy), accumulated in float32."""
+        import torch
+
+        if self.before is None:
+            return control
+        with torch.no_grad():
+            total = torch.zeros((), dtype=torch.float32)
+            for p, b in zip(self._params(model), self.before, strict=True):
+                total += (p.detach().float() - b.float()).pow(2).sum().cpu()
+        self.last, self.before = float(total.sqrt()), None
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """Add the last step's ``update_norm`` to each training log (metrics.jsonl: ``train/update_norm``)."""
+        if logs is not None and "train_runtime" not in logs and self.last is not None and "loss" in logs:
+            logs["update_norm"] = self.last

@@ -762,6 +762,7 @@ def _build_trainer(
         NonFiniteCallback,
         StopAfterStepCallback,
         TokenBudgetCallback,
+        UpdateNormCallback,
     )
     from pspo_repro.training.models import load_model, save_random_init
     from pspo_repro.training.trainer import MethodGRPOTrainer
@@ -773,7 +774,10 @@ def _build_trainer(
         save_random_init(model, tokenizer, folder)  # vLLM loads the model from its name_or_path
     # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
     nonfinite = NonFiniteCallback(folder, skip=bool(t.get("skip_nonfinite", False)))
-    callbacks: list[Any] = [nonfinite, MetricsJsonlCallback(folder / "metrics.jsonl")]
+    callbacks: list[Any] = [nonfinite]
+    if t.get("log_update_norm"):  # before Metrics, which writes the logs this one adds to
+        callbacks.append(UpdateNormCallback())
+    callbacks.append(MetricsJsonlCallback(folder / "metrics.jsonl"))
     budget = TokenBudgetCallback(t.token_budget, evaluate=bool(t.eval_steps)) if t.token_budget else None
     stopper = StopAfterStepCallback(t.stop_after_step) if t.get("stop_after_step") else None
     callbacks += [c for c in (budget, stopper) if c is not None]

@@ -1,0 +1,147 @@
+"""Hyperparameter selection on validation: which value of a swept knob each method is reported at.
+
+A tuning-matched comparison (the claims study's head-to-heads) runs every method over the same sweep of a
+knob (the learning rate) on *selection seeds*, picks each method's value by its validation reward, and
+reports it on other seeds at that value. Selection reads only ``eval/reward`` of ``metrics.jsonl`` (the
+validation split, never the test problems). Both the pipeline (which runs the reported seeds at the chosen
+value) and the claims table (which recomputes the choice from the same records and checks that the reported
+runs used it) call :func:`select`, so the choice is made in one place.
+
+Run folders of a sweep are tagged as ``run_dir.tag_from_overrides`` builds tags: ``{tag}-{key}{value}`` with
+the other swept keys of the point beside it, sorted (``tune-learning_rate0.0003_num_iterations2``).
+
+The score of a value is the mean over its selection seeds of each run's best validation reward after the
+start (the checkpoint that ``load_best_model_at_end`` keeps and evaluation reads; the step-0 validation,
+the base model's, is left out). Ties go to the value listed first (the sweep's order).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VALIDATION_METRIC = "eval/reward"
+
+
+class TuningError(ValueError):
+    """A selection whose runs are missing, unfinished or without validation."""
+
+
+def fmt(value: Any) -> str:
+    """A swept value as folder tags write it (``run_dir._fmt``: floats with ``%g``)."""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def point_tag(tag: str, point: dict[str, Any]) -> str:
+    """The folder tag of a sweep point: ``tag`` then ``{leaf}{value}`` of its method./trainer. keys, sorted
+    by key (as ``run_dir.tag_from_overrides``)."""
+    keys = sorted(k for k in point if k.startswith(("method.", "trainer.")))
+    swept = "_".join(f"{k.split('.', 1)[1]}{fmt(point[k])}" for k in keys)
+    return "-".join(t for t in (tag, swept) if t)
+
+
+@dataclass
+class Selection:
+    """One method's choice: the value kept, each value's score and per-seed scores."""
+
+    method: str
+    key: str
+    chosen: str
+    scores: dict[str, float]
+    per_seed: dict[str, dict[int, float]] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """``lr 1e-4: 0.212, **3e-4: 0.241**, 1e-3: 0.120``."""
+        leaf = self.key.split(".", 1)[-1]
+        parts = [
+            (f"**{v}: {s:.3f}**" if v == self.chosen else f"{v}: {s:.3f}") for v, s in self.scores.items()
+        ]
+        n = {len(p) for p in self.per_seed.values()}
+        seeds = f" ({n.pop()} selection seeds each)" if len(n) == 1 else ""
+        return f"{self.method} {leaf}: " + ", ".join(parts) + seeds
+
+
+def best_validation(metrics_path: Path) -> float:
+    """A run's best validation reward after step 0 (NaN when it never validated after the start)."""
+    best = -math.inf
+    if not metrics_path.is_file():
+        raise TuningError(f"{metrics_path}: no such file")
+    for n, line in enumerate(metrics_path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise TuningError(f"{metrics_path}:{n}: not a JSON line") from None
+        value = rec.get(VALIDATION_METRIC)
+        if rec.get("step", 0) > 0 and isinstance(value, int | float) and math.isfinite(value):
+            best = max(best, float(value))
+    return best if best > -math.inf else math.nan
+
+
+def select(
+    runs_root: Path,
+    method: str,
+    tag: str,
+    key: str,
+    values: Sequence[Any],
+    seeds: Sequence[int],
+    point: dict[str, Any] | None = None,
+) -> Selection:
+    """Choose ``key`` for ``method`` among ``values`` from the finished runs ``runs_root/{method}/seed{s}-{tag}``.
+
+    ``point`` holds the other swept keys of the method's sweep point (e.g. ``method.num_iterations: 2``).
+    Every (value, seed) run must be finished and have validated: a missing one is TuningError, never a
+    choice made on fewer runs.
+    """
+    point = dict(point or {})
+    scores: dict[str, float] = {}
+    per_seed: dict[str, dict[int, float]] = {}
+    tags: dict[str, str] = {}
+    for value in values:
+        vtag = point_tag(tag, {**point, key: value})
+        got = {}
+        for seed in seeds:
+            folder = runs_root / method / f"seed{int(seed)}-{vtag}"
+            try:
+                status = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
+            except (OSError, ValueError):
+                status = None
+            if status != "finished":
+                raise TuningError(f"selection of {key} for {method}: run {folder} is not finished ({status})")
+            score = best_validation(folder / "metrics.jsonl")
+            if math.isnan(score):
+                raise TuningError(f"selection of {key} for {method}: {folder} has no validation after step 0")
+            got[int(seed)] = score
+        per_seed[fmt(value)] = got
+        scores[fmt(value)] = sum(got.values()) / len(got)
+        tags[fmt(value)] = vtag
+    if not scores:
+        raise TuningError(f"selection of {key} for {method}: no values")
+    chosen = max(scores, key=lambda v: (scores[v], -list(scores).index(v)))
+    return Selection(method, key, chosen, scores, per_seed, tags)
+
+
+_NUM = r"[0-9.eE+-]+"
+
+
+def split_tag(tag: str, prefix: str, leaf: str) -> tuple[str, str] | None:
+    """``(value, rest)`` of a swept tag ``{prefix}-...{leaf}{value}...``, or None when it has no such part."""
+    if not tag.startswith(prefix + "-"):
+        return None
+    body = tag[len(prefix) + 1 :]
+    m = re.search(rf"(?:^|_){re.escape(leaf)}({_NUM})(?=_|$)", body)
+    if not m:
+        return None
+    rest = (body[: m.start()] + body[m.end() :]).strip("_")
+    rest = re.sub(r"__+", "_", rest)
+    return m.group(1), rest
