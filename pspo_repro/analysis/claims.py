@@ -59,13 +59,14 @@ from omegaconf import OmegaConf
 from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs, prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
+from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values, run_writer
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
-KINDS = ("accuracy", "compare", "run_stat", "val_reward")
-RULES = ("greater", "similar_or_better", "stable", "unstable", "exceeds", "zero_vs_positive", "peak",
-         "not_testable")  # fmt: skip
+KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier")
+RULES = ("greater", "interaction", "non_inferior", "equivalent", "stable", "exceeds", "zero_vs_positive",
+         "identical_unless_clipped", "peak", "not_testable")  # fmt: skip
 
 
 class ClaimsError(ValueError):
@@ -98,6 +99,8 @@ class Records:
     evals: pd.DataFrame
     runs: pd.DataFrame
     metrics: pd.DataFrame
+    tuning: dict[str, dict[str, Any]] = field(default_factory=dict)  # the spec's ``tuning`` section
+    selected: dict[tuple[str, str, str], Selection] = field(default_factory=dict)
 
     @classmethod
     def read(cls, root: Path) -> Records:
@@ -107,8 +110,36 @@ class Records:
         runs, metrics = load_runs(root)
         return cls(root, evals, runs, metrics)
 
+    def selection(self, method: str, tuned: str, point: dict[str, Any]) -> Selection:
+        """The value ``tuning[tuned]`` selects for ``method`` (and the point's other keys), recomputed from the
+        tuning runs' validation rewards (analysis.tuning.select: the pipeline's own choice)."""
+        if tuned not in self.tuning:
+            raise ClaimsError(f"tuned: {tuned!r} is not in the spec's tuning section ({', '.join(self.tuning)})")
+        t = self.tuning[tuned]
+        key = (method, tuned, json.dumps(point, sort_keys=True))
+        if key not in self.selected:
+            try:
+                self.selected[key] = select(self.root / "runs" / str(t.get("model", "mini_sft")), method,
+                                            str(t["from_tag"]), str(t["key"]), list(t["values"]),
+                                            [int(x) for x in t["seeds"]], point)  # fmt: skip
+            except TuningError as exc:
+                raise ClaimsError(str(exc)) from None
+        return self.selected[key]
+
+    def resolve(self, g: dict[str, Any]) -> dict[str, Any]:
+        """A run group with ``tuned: <id>`` as the plain group it names: ``tag`` = the tuned runs' folder tag
+        at the selected value (``{to_tag}-...{key}{value}...``, with the group's ``point`` keys)."""
+        if "tuned" not in g:
+            return g
+        point = dict(g.get("point") or {})
+        t = self.tuning.get(g["tuned"], {})
+        sel = self.selection(g["method"], g["tuned"], point)
+        tag = point_tag(str(t["to_tag"]), {**point, str(t["key"]): sel.chosen})
+        return {**{k: v for k, v in g.items() if k not in ("tuned", "point")}, "tag": tag}
+
     def cells(self, g: dict[str, Any], metric: str) -> pd.DataFrame:
         """The cells of a run group (method, tag, dataset, temperature) for one metric, one per seed."""
+        g = self.resolve(g)
         e = self.evals
         if e.empty:
             raise ClaimsError(f"no evaluation cells under {self.root / 'eval'}")
@@ -127,8 +158,12 @@ class Records:
 
 
 def describe(g: dict[str, Any]) -> str:
-    """``clip [as_run] synthetic T=0``: a run group in words."""
-    tag = f" [{g['tag']}]" if g.get("tag") else ""
+    """``clip [as_run] synthetic T=0``: a run group in words (``[tuned lr]`` for a tuned group)."""
+    if g.get("tuned"):
+        extra = "".join(f" {k.split('.', 1)[-1]}={v}" for k, v in (g.get("point") or {}).items())
+        tag = f" [tuned {g['tuned']}{extra}]"
+    else:
+        tag = f" [{g['tag']}]" if g.get("tag") else ""
     return f"{g['method']}{tag} {g.get('dataset', 'synthetic')} T={float(g.get('temperature', 0.0)):g}"
 
 
@@ -196,7 +231,8 @@ def m_compare(rec: Records, spec: dict[str, Any]) -> Measured:
     text = (
         f"{describe(spec['a'])} {_pct(ma.mean)} ({_seeds(len(va))}) vs {describe(spec['b'])} {_pct(mb.mean)} "
         f"({_seeds(len(vb))}), {metric}: difference {_interval_text(iv, True)} seed-paired over "
-        f"{_seeds(len(diffs))}; per prompt {_pp(paired.diff)} [{_pp(paired.low)}, {_pp(paired.high)}], p = {paired.p_value:.3g} "
+        f"{_seeds(len(diffs))}; per prompt, conditional on these seeds: {_pp(paired.diff)} [{_pp(paired.low)}, "
+        f"{_pp(paired.high)}], p = {paired.p_value:.3g} "
         f"({paired.n_prompts} prompts, {paired.wins} better / {paired.losses} worse)"
         + ("; identical per-prompt values on every shared seed" if identical else "")
     )
@@ -205,13 +241,13 @@ def m_compare(rec: Records, spec: dict[str, Any]) -> Measured:
         "prompt_low": paired.low, "prompt_high": paired.high, "prompt_p": paired.p_value, "identical": identical,
     }  # fmt: skip
     label = spec.get("label", f"{describe(spec['a'])} - {describe(spec['b'])}")
-    short = (f"{label}: {_interval_text(iv, True)} ({_seeds(len(diffs))}; {_pct(ma.mean)} vs {_pct(mb.mean)}); "
-             f"per prompt {_pp(paired.diff)} [{_pp(paired.low)}, {_pp(paired.high)}]"
-             + (" (identical)" if identical else ""))  # fmt: skip
+    short = (f"{label}: {_interval_text(iv, True)} ({_seeds(len(diffs))}; {_pct(ma.mean)} vs {_pct(mb.mean)})"
+             + (" (identical per prompt)" if identical else ""))  # fmt: skip
     return Measured(spec["id"], label, iv.mean, iv.low, iv.high, diffs, extra, text, short)
 
 
 def _run_groups(rec: Records, g: dict[str, Any]) -> pd.DataFrame:
+    g = rec.resolve(g)
     m = rec.metrics
     sel = m[(m["method"] == g["method"]) & (m["tag"] == str(g.get("tag") or ""))] if not m.empty else m
     if sel.empty:
@@ -279,14 +315,208 @@ def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
                     f"{label}: {iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}] at step {step}")  # fmt: skip
 
 
-MEASURES = {"accuracy": m_accuracy, "compare": m_compare, "run_stat": m_run_stat, "val_reward": m_val_reward}
+def _seed_values(rec: Records, g: dict[str, Any], metric: str) -> dict[int, float]:
+    sel = rec.cells(g, metric)
+    return dict(zip(sel["seed"].astype(int), sel["value"].astype(float), strict=True))
+
+
+def m_interaction(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``interaction``: (A - B at ``temperatures[1]``) - (A - B at ``temperatures[0]``) per seed, t interval:
+    whether A's advantage over B grows as the sampling temperature rises (robustness, not level)."""
+    metric = spec.get("metric", "true_acc")
+    lo, hi = (float(t) for t in spec["temperatures"])
+    v = {(w, t): _seed_values(rec, {**spec[w], "temperature": t}, metric) for w in ("a", "b") for t in (lo, hi)}
+    seeds = sorted(set.intersection(*(set(x) for x in v.values())))
+    if not seeds:
+        raise ClaimsError(f"{spec['id']}: no seed has both groups at both temperatures")
+    diffs = {s: (v["a", hi][s] - v["b", hi][s]) - (v["a", lo][s] - v["b", lo][s]) for s in seeds}
+    iv = t_interval(list(diffs.values()))
+    at = {t: sum(v["a", t][s] - v["b", t][s] for s in seeds) / len(seeds) for t in (lo, hi)}
+    label = spec.get("label", f"interaction {describe(spec['a'])} - {describe(spec['b'])}")
+    text = (f"({describe(spec['a'])} - {describe(spec['b'])}) at T = {hi:g} ({_pp(at[hi])}) minus at T = {lo:g} "
+            f"({_pp(at[lo])}), {metric}: {_interval_text(iv, True)} seed-paired over {_seeds(len(seeds))}")  # fmt: skip
+    return Measured(spec["id"], label, iv.mean, iv.low, iv.high, diffs, {"n_seeds": len(seeds)}, text,
+                    f"{label}: {_interval_text(iv, True)} ({_seeds(len(seeds))})")  # fmt: skip
+
+
+def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``collapse``: per seed 1 if the run collapsed, else 0. Collapsed: its greedy true accuracy is not
+    above the base model's, or its training reward over the last quarter of steps fell below half of the first
+    three steps' (``regime.run_stats``' ``reward_fell``; the leaderboard's definition)."""
+    from pspo_repro.analysis.regime import folder_stats
+
+    g = rec.resolve(spec["a"])
+    acc = _seed_values(rec, g, "true_acc")
+    base = next(iter(_seed_values(rec, {"method": "baseline", "dataset": g.get("dataset", "synthetic")},
+                                  "true_acc").values()))  # fmt: skip
+    runs = rec.runs[(rec.runs["method"] == g["method"]) & (rec.runs["tag"] == str(g.get("tag") or ""))]
+    seeds: dict[int, float] = {}
+    for r in runs.to_dict("records"):
+        if int(r["seed"]) not in acc:
+            continue
+        info = json.loads((Path(r["run_dir"]) / "run.json").read_text(encoding="utf-8"))
+        fell = bool(folder_stats(Path(r["run_dir"]), info)["reward_fell"])
+        seeds[int(r["seed"])] = float(fell or acc[int(r["seed"])] <= base)
+    if not seeds:
+        raise ClaimsError(f"{spec['id']}: no run of {describe(spec['a'])}")
+    k = int(sum(seeds.values()))
+    label = spec.get("label", f"{describe(spec['a'])} collapses")
+    text = (f"{describe(spec['a'])}: {k} of {len(seeds)} runs collapsed (greedy true accuracy not above the "
+            f"base's {_pct(base)}, or training reward fell below half its start)")  # fmt: skip
+    return Measured(spec["id"], label, k / len(seeds), seeds=seeds, text=text,
+                    short=f"{label}: {k} of {len(seeds)}")  # fmt: skip
+
+
+def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``frontier``: preservation against gain across a sweep, A against B at matched gain.
+
+    Every run of each method's ``groups`` (e.g. the lr sweep's and the tuned runs) is a point (gain = greedy
+    true accuracy on the rewarded task minus the base's; retention = held-out accuracy minus the base's).
+    A least-squares line per method gives its retention at the gain both methods' runs average; the value is
+    A's minus B's there, with a percentile bootstrap over runs (resampled within method, 2000 draws, seed 0)
+    and its two-sided bootstrap p. Returns the points in ``extra`` for the figure."""
+    import numpy as np
+
+    held = spec.get("heldout", "synthetic_heldout")
+    base_g = next(iter(_seed_values(rec, {"method": "baseline"}, "true_acc").values()))
+    base_h = next(iter(_seed_values(rec, {"method": "baseline", "dataset": held}, "true_acc").values()))
+    pts: dict[str, list[tuple[float, float, str]]] = {}
+    for side in ("a", "b"):
+        rows = []
+        for g in spec[side]["groups"]:
+            g = {"method": spec[side]["method"], **g}
+            gain = _seed_values(rec, g, "true_acc")
+            ret = _seed_values(rec, {**g, "dataset": held}, "true_acc")
+            tag = rec.resolve(g).get("tag", "")
+            rows += [(gain[s] - base_g, ret[s] - base_h, tag) for s in sorted(set(gain) & set(ret))]
+        if len(rows) < 3:
+            raise ClaimsError(f"{spec['id']}: {spec[side]['method']} has {len(rows)} runs; a line needs >= 3")
+        pts[side] = rows
+    xa, ya = (np.array([r[i] for r in pts["a"]]) for i in (0, 1))
+    xb, yb = (np.array([r[i] for r in pts["b"]]) for i in (0, 1))
+    g_star = float(np.concatenate([xa, xb]).mean())
+
+    def at(x: np.ndarray, y: np.ndarray) -> float:
+        if np.ptp(x) == 0:
+            return float(y.mean())
+        slope, icpt = np.polyfit(x, y, 1)
+        return float(icpt + slope * g_star)
+
+    value = at(xa, ya) - at(xb, yb)
+    rng = np.random.default_rng(0)
+    draws = []
+    for _ in range(2000):
+        ia, ib = rng.integers(0, xa.size, xa.size), rng.integers(0, xb.size, xb.size)
+        draws.append(at(xa[ia], ya[ia]) - at(xb[ib], yb[ib]))
+    d = np.array(draws)
+    low, high = (float(q) for q in np.quantile(d, [0.025, 0.975]))
+    p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
+    label = spec.get("label", "retention at matched gain")
+    text = (f"{label}: at the mean gain {_pp(g_star)} points over the base, {spec['a']['method']} retains "
+            f"{_pp(at(xa, ya))} and {spec['b']['method']} {_pp(at(xb, yb))} points of held-out accuracy: difference "
+            f"{_pp(value)} [{_pp(low)}, {_pp(high)}] (bootstrap over runs, p = {p:.3g}; {xa.size} and {xb.size} runs)")  # fmt: skip
+    return Measured(spec["id"], label, value, low, high, {}, {"p": p, "gain": g_star, "points": pts}, text,
+                    f"{label}: {_pp(value)} [{_pp(low)}, {_pp(high)}] at gain {_pp(g_star)}")  # fmt: skip
+
+
+MEASURES = {"accuracy": m_accuracy, "compare": m_compare, "run_stat": m_run_stat, "val_reward": m_val_reward,
+            "interaction": m_interaction, "collapse": m_collapse, "frontier": m_frontier}  # fmt: skip
 
 
 # ---------------------------------------------------------------- verdicts
 
+ALPHA = 0.05  # the family-wise level of the claims' key tests (Holm)
 
-def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
-    """(verdict, the rule's reading in words) for one claim."""
+
+@dataclass
+class KeyTest:
+    """A claim's key test before the family-wise correction.
+
+    ``p``: the raw p-value of the test that decides (None: a deterministic check, outside the Holm family);
+    ``if_significant`` / ``otherwise``: the verdict when the Holm-adjusted p is below ``ALPHA`` / is not
+    (for a deterministic check ``otherwise`` is the verdict); ``why``: the reading in words;
+    ``extra``: lines shown under the verdict (margins and their sensitivity, other tests beside).
+    """
+
+    p: float | None
+    if_significant: str
+    otherwise: str
+    why: str
+    test: str = ""
+    extra: list[str] = field(default_factory=list)
+    alternatives: dict[str, float] = field(default_factory=dict)  # label -> raw p (margin sensitivity)
+
+
+def seed_tests(values: list[float], null: float = 0.0) -> dict[str, float]:
+    """Two-sided p-values that the per-seed values' centre is ``null``: Student t (``t``), Wilcoxon signed
+    rank (``wilcoxon``, exact for n <= 25) and the sign test (``sign``). Constant values: 0 when they differ
+    from ``null``, 1 when they equal it (no spread to test against)."""
+    import numpy as np
+    import scipy.stats
+
+    x = np.asarray(values, dtype=float) - null
+    if x.size < 2:
+        return {"t": math.nan, "wilcoxon": math.nan, "sign": math.nan}
+    if np.allclose(x, x[0]):
+        p = 1.0 if x[0] == 0 else 0.0
+        return {"t": p, "wilcoxon": p, "sign": p}
+    t = float(scipy.stats.ttest_1samp(x, 0.0).pvalue)
+    nz = x[x != 0]
+    w = float(scipy.stats.wilcoxon(nz).pvalue) if nz.size else 1.0
+    sign = float(scipy.stats.binomtest(int((nz > 0).sum()), int(nz.size)).pvalue) if nz.size else 1.0
+    return {"t": t, "wilcoxon": w, "sign": sign}
+
+
+def one_sided_t(values: list[float], bound: float, greater: bool) -> float:
+    """One-sided t-test p-value that the per-seed mean is above (``greater``) or below ``bound``."""
+    import numpy as np
+    import scipy.stats
+
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return math.nan
+    if np.allclose(x, x[0]):
+        holds = x[0] > bound if greater else x[0] < bound
+        return 0.0 if holds else 1.0
+    return float(scipy.stats.ttest_1samp(x, bound, alternative="greater" if greater else "less").pvalue)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (statsmodels), in the input order; NaN stays NaN."""
+    from statsmodels.stats.multitest import multipletests
+
+    idx = [i for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)]
+    out = [math.nan] * len(pvalues)
+    if idx:
+        adj = multipletests([pvalues[i] for i in idx], alpha=ALPHA, method="holm")[1]
+        for i, a in zip(idx, adj, strict=True):
+            out[i] = float(a)
+    return out
+
+
+def _margin(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[float, str]:
+    """An equivalence margin in accuracy units: ``margin`` fixed, or ``margin_from`` (accuracy measurements):
+    the mean half-width of their 95% t intervals over seeds, the resolution of one method's mean at this
+    many seeds (a difference inside it is what the study cannot tell from none)."""
+    if "margin_from" in rule:
+        src = [got[i] for i in rule["margin_from"]]
+        widths = [(m.high - m.low) / 2 for m in src if not math.isnan(m.high - m.low)]
+        if not widths:
+            raise ClaimsError(f"margin_from {rule['margin_from']}: no measurement with an interval")
+        scale = float(rule.get("margin_scale", 1.0))
+        m = scale * sum(widths) / len(widths)
+        return m, (f"{_pp(m)[1:]} points: {'' if scale == 1 else f'{scale:g} x '}the mean 95% half-width of "
+                   f"{', '.join(x.label for x in src)} over their seeds")  # fmt: skip
+    m = float(rule["margin"])
+    return m, f"{_pp(m)[1:]} points (fixed)"
+
+
+def _diff_seeds(d: Measured) -> list[float]:
+    return [d.seeds[s] for s in sorted(d.seeds)]
+
+
+def key_test(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
+    """The key test of a claim by its rule (the verdict follows once p is Holm-adjusted: ``decide``)."""
     name = rule["rule"]
 
     def need(key: str) -> Measured:
@@ -296,76 +526,125 @@ def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
         return got[mid]
 
     if name == "not_testable":
-        return "not testable", rule.get("why", "")
-    if name == "greater":
+        return KeyTest(None, "not testable", "not testable", rule.get("why", ""))
+    if name in ("greater", "interaction"):
         d = need("diff")
-        if d.low > 0:
-            return "supported", f"the interval of {d.label} lies above 0"
-        if d.high < 0:
-            return "contradicted", f"the interval of {d.label} lies below 0"
-        return "not resolved", f"the interval of {d.label} contains 0"
-    if name == "similar_or_better":
-        d, margin = need("diff"), float(rule["margin"])
-        if d.high < 0:
-            return "contradicted", f"the interval of {d.label} lies below 0"
-        if d.low > -margin:
-            return "supported", f"the interval of {d.label} lies above -{100 * margin:g} points"
-        return "not resolved", f"the interval of {d.label} reaches below -{100 * margin:g} points"
-    if name in ("stable", "unstable"):
-        gain, drop, margin = need("gain"), need("drop"), float(rule["margin"])
-        if drop.high < 0 or gain.low <= 0:
-            res, why = (
-                "unstable",
-                (
-                    f"{drop.label} lies below 0"
-                    if drop.high < 0
-                    else f"{gain.label}'s interval does not exclude 0"
-                ),
-            )
-        elif drop.low > -margin:
-            res, why = (
-                "stable",
-                (f"{gain.label} excludes 0 and {drop.label} lies above -{100 * margin:g} points"),
-            )
+        test = rule.get("test", "t")
+        if test == "bootstrap":  # a measurement that carries its own p (the frontier's bootstrap over runs)
+            p = float(d.extra["p"])
         else:
-            return "not resolved", f"{drop.label} reaches below -{100 * margin:g} points without excluding 0"
-        return ("supported" if res == name else "contradicted"), why
-    if name == "exceeds":
-        ref, thr = need("reference"), float(rule.get("threshold", 0.0))
+            p = seed_tests(_diff_seeds(d))[test]
+        up = d.value > 0
+        t = KeyTest(p, "supported" if up else "contradicted", "not resolved",
+                    f"{d.label}: {_pp(d.value)} points, {test} test over {_seeds(len(d.seeds))}",
+                    test)  # fmt: skip
+        if test != "bootstrap" and len(d.seeds) > 1:
+            other = seed_tests(_diff_seeds(d))
+            t.extra.append("beside it: " + ", ".join(f"{k} p = {v:.3g}" for k, v in other.items() if k != test))
+        return t
+    if name == "non_inferior":  # "as well as or better": the difference is above -margin
+        d = need("diff")
+        m, why_m = _margin(rule, got)
+        x = _diff_seeds(d)
+        ni, inf = one_sided_t(x, -m, True), one_sided_t(x, -m, False)
+        path_ni = d.value > -m
+        t = KeyTest(ni if path_ni else inf, "supported" if path_ni else "contradicted", "not resolved",
+                    f"{d.label}: {_pp(d.value)} points; margin {why_m}; one-sided t test that the difference "
+                    f"is {'above' if path_ni else 'below'} -margin", "non-inferiority t")  # fmt: skip
+        for f in (0.5, 2.0):
+            pa = one_sided_t(x, -f * m, True) if d.value > -f * m else one_sided_t(x, -f * m, False)
+            t.alternatives[f"margin x {f:g} ({_pp(f * m)[1:]} points)"] = pa
+        return t
+    if name == "equivalent":  # "the same in distribution": two one-sided tests (TOST) within +-margin
+        d = need("diff")
+        m, why_m = _margin(rule, got)
+        x = _diff_seeds(d)
+        tost = max(one_sided_t(x, -m, True), one_sided_t(x, m, False))
+        two = seed_tests(x)["t"]
+        # equivalence shown -> supported; otherwise a significant difference -> contradicted (Bonferroni x 2
+        # inside the claim, since either path may decide)
+        p, sig = (tost, "supported") if tost <= two else (two, "contradicted")
+        t = KeyTest(min(1.0, 2 * p), sig, "not resolved",
+                    f"{d.label}: {_pp(d.value)} points; margin {why_m}; TOST p = {tost:.3g}, difference t "
+                    f"p = {two:.3g} (the smaller decides, doubled)", "TOST / t")  # fmt: skip
+        for f in (0.5, 2.0):
+            tf = max(one_sided_t(x, -f * m, True), one_sided_t(x, f * m, False))
+            t.alternatives[f"margin x {f:g} ({_pp(f * m)[1:]} points)"] = min(1.0, 2 * min(tf, two))
+        return t
+    if name == "stable":  # keeps learning under reuse: gains over the base, and no run collapses
+        gain, col = need("gain"), need("collapse")
+        n, k = len(col.seeds), int(sum(col.seeds.values()))
+        p = seed_tests(_diff_seeds(gain))["t"]
+        if k * 2 > n:
+            return KeyTest(None, "contradicted", "contradicted",
+                           f"{k} of {n} runs collapsed ({col.label}): a majority")  # fmt: skip
+        return KeyTest(p, "supported" if gain.value > 0 and k == 0 else "contradicted" if gain.value < 0
+                       else "not resolved", "not resolved",
+                       f"{gain.label}: {_pp(gain.value)} points (t test); {k} of {n} runs collapsed",
+                       "t")  # fmt: skip
+    if name == "exceeds":  # every listed per-seed statistic above a threshold (one-sided t, the largest p)
         stats = [got[i] for i in rule["stats"]]
-        over = [s for s in stats if s.value > ref.value + thr]
-        if len(over) == len(stats):
-            return "supported", f"every one exceeds {ref.label} by more than {100 * thr:g} points"
-        if not over:
-            return "contradicted", f"none exceeds {ref.label} by more than {100 * thr:g} points"
-        return "not resolved", f"{', '.join(s.label for s in over)} exceed {ref.label}, the others do not"
-    if name == "zero_vs_positive":
-        z, p, tol = need("zero"), need("positive"), float(rule.get("tolerance", 0.0))
+        thr = float(rule.get("threshold", 0.0))
+        above = [one_sided_t(list(s.seeds.values()), thr, True) for s in stats]
+        below = [one_sided_t(list(s.seeds.values()), thr, False) for s in stats]
+        if all(s.value > thr for s in stats):
+            return KeyTest(max(above), "supported", "not resolved",
+                           f"every one of {', '.join(s.label for s in stats)} above {100 * thr:g}% "
+                           "(one-sided t per statistic; the largest p decides)", "one-sided t")  # fmt: skip
+        return KeyTest(max(below) if all(s.value < thr for s in stats) else min(above + below),
+                       "contradicted" if all(s.value < thr for s in stats) else "not resolved", "not resolved",
+                       f"{', '.join(f'{s.label} {100 * s.value:.3g}%' for s in stats)} against {100 * thr:g}%",
+                       "one-sided t")  # fmt: skip
+    if name == "zero_vs_positive":  # a property of the update rule, checked on every run (no sampling test)
+        z, pos, tol = need("zero"), need("positive"), float(rule.get("tolerance", 0.0))
         bound = f"at most {100 * tol:g}%" if tol else "0"
-        if all(v <= tol for v in z.seeds.values()) and all(v > tol for v in p.seeds.values()):
-            return "supported", f"{z.label} is {bound} on every run, {p.label} above it on every run"
-        return "contradicted", f"{z.label} is not {bound} on every run, or {p.label} is on some run"
+        if all(v <= tol for v in z.seeds.values()) and all(v > tol for v in pos.seeds.values()):
+            return KeyTest(None, "supported", "supported",
+                           f"{z.label} is {bound} on every run, {pos.label} above it on every run")  # fmt: skip
+        return KeyTest(None, "contradicted", "contradicted",
+                       f"{z.label} is not {bound} on every run, or {pos.label} is on some run")  # fmt: skip
+    if name == "identical_unless_clipped":  # deterministic arithmetic on one machine: per-prompt identity
+        same = [got[i] for i in rule["identical"]]
+        differ = [got[i] for i in rule.get("differ", [])]
+        ok = all(m.extra.get("identical") for m in same) and not any(m.extra.get("identical") for m in differ)
+        why = (f"identical per prompt on every shared seed: {', '.join(m.label for m in same if m.extra.get('identical')) or 'none'}; "
+               f"differing: {', '.join(m.label for m in differ if not m.extra.get('identical')) or 'none'}")  # fmt: skip
+        v = "supported" if ok else "contradicted"
+        return KeyTest(None, v, v, why)
     if name == "peak":
         values = [got[i] for i in rule["values"]]
         best = need("best")
         diffs = {}
         for v in values:
-            if v.id == best.id:
-                continue
-            shared = sorted(set(best.seeds) & set(v.seeds))
-            diffs[v.label] = t_interval([best.seeds[s] - v.seeds[s] for s in shared])
-        if any(iv.high < 0 for iv in diffs.values()):
-            beat = [k for k, iv in diffs.items() if iv.high < 0]
-            return "contradicted", f"{', '.join(beat)} is above {best.label} with an interval excluding 0"
+            if v.id != best.id:
+                shared = sorted(set(best.seeds) & set(v.seeds))
+                diffs[v.label] = [best.seeds[s] - v.seeds[s] for s in shared]
         top = max(values, key=lambda v: v.value)
-        if top.id == best.id and all(iv.low > 0 for iv in diffs.values()):
-            return (
-                "supported",
-                f"{best.label} is highest and above every other value with intervals excluding 0",
-            )
+        if top.id == best.id:  # all pairwise differences above 0 (intersection-union: the largest p)
+            p = max(one_sided_t(d, 0.0, True) for d in diffs.values())
+            return KeyTest(p, "supported", "not resolved",
+                           f"{best.label} has the highest mean; the largest one-sided p of its seed-paired "
+                           "differences to the others decides", "one-sided t")  # fmt: skip
+        above = {k: one_sided_t(d, 0.0, False) for k, d in diffs.items() if sum(d) < 0}
+        k = min(above, key=above.get)
         ranks = ", ".join(f"{v.label} {v.value:.3f}" for v in sorted(values, key=lambda v: -v.value))
-        return "not resolved", f"order by mean: {ranks}; no seed-paired difference to {best.label} excludes 0"
+        return KeyTest(above[k], "contradicted", "not resolved",
+                       f"order by mean: {ranks}; {k} above {best.label} (one-sided t, seed-paired)",
+                       "one-sided t")  # fmt: skip
     raise ClaimsError(f"unknown verdict rule {name!r}; allowed: {', '.join(RULES)}")
+
+
+def decide(test: KeyTest, p_adj: float | None) -> str:
+    """The verdict of a key test given its Holm-adjusted p (None: a deterministic check)."""
+    if test.p is None or p_adj is None or math.isnan(p_adj):
+        return test.otherwise
+    return test.if_significant if p_adj < ALPHA else test.otherwise
+
+
+def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
+    """(verdict, reading) of one claim tested alone (no family-wise correction): for tests and one-offs."""
+    t = key_test(rule, got)
+    return decide(t, t.p), t.why
 
 
 # ---------------------------------------------------------------- the table
