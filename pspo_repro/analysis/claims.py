@@ -415,7 +415,8 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
     text = (f"{label}: at the mean gain {_pp(g_star)} points over the base, {spec['a']['method']} retains "
             f"{_pp(at(xa, ya))} and {spec['b']['method']} {_pp(at(xb, yb))} points of held-out accuracy: difference "
             f"{_pp(value)} [{_pp(low)}, {_pp(high)}] (bootstrap over runs, p = {p:.3g}; {xa.size} and {xb.size} runs)")  # fmt: skip
-    return Measured(spec["id"], label, value, low, high, {}, {"p": p, "gain": g_star, "points": pts}, text,
+    extra = {"p": p, "gain": g_star, "points": pts, "methods": (spec["a"]["method"], spec["b"]["method"])}
+    return Measured(spec["id"], label, value, low, high, {}, extra, text,
                     f"{label}: {_pp(value)} [{_pp(low)}, {_pp(high)}] at gain {_pp(g_star)}")  # fmt: skip
 
 
@@ -650,16 +651,33 @@ def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
 # ---------------------------------------------------------------- the table
 
 
+def _spec(path: Path) -> dict[str, Any]:
+    try:
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as exc:  # YAML errors name the line
+        raise ClaimsError(f"{path}: not a readable YAML spec ({exc})") from None
+    if not isinstance(spec, dict):
+        raise ClaimsError(f"{path}: expected a mapping with a `claims` list")
+    return spec
+
+
 def load_spec(path: Path) -> list[dict[str, Any]]:
-    """The claims of ``path`` (YAML with a ``claims`` list), checked for unknown kinds and rules."""
-    spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    claims = spec.get("claims") if isinstance(spec, dict) else None
+    """The claims of ``path`` (YAML with a ``claims`` list), checked for unknown kinds and rules and for
+    measurement ids used twice in a claim. Interpolations are not resolved: a quote is text, never an
+    environment variable's value."""
+    claims = _spec(path).get("claims")
     if not isinstance(claims, list) or not claims:
         raise ClaimsError(f"{path}: expected a non-empty `claims` list")
     for c in claims:
+        if not isinstance(c, dict):
+            raise ClaimsError(f"{path}: each claim must be a mapping, got {c!r}")
         for key in ("id", "claim", "quote", "section", "test", "verdict"):
             if key not in c:
                 raise ClaimsError(f"{path}: claim {c.get('id', '?')!r} has no {key!r}")
+        ids = [m.get("id") for m in c.get("measure") or []]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ClaimsError(f"{path}: claim {c['id']}: measurement id(s) {dup} used twice")
         for m in c.get("measure") or []:
             if m.get("kind") not in KINDS:
                 raise ClaimsError(
@@ -670,42 +688,104 @@ def load_spec(path: Path) -> list[dict[str, Any]]:
     return claims
 
 
-def evaluate(rec: Records, claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each claim with its measurements and verdict."""
+def load_tuning(path: Path) -> dict[str, dict[str, Any]]:
+    """The spec's ``tuning`` section: ``{id: {from_tag, to_tag, key, values, seeds}}`` (empty if none)."""
+    tuning = _spec(path).get("tuning") or {}
+    if not isinstance(tuning, dict):
+        raise ClaimsError(f"{path}: `tuning` must be a mapping of selections")
+    for tid, t in tuning.items():
+        missing = [k for k in ("from_tag", "to_tag", "key", "values", "seeds") if not isinstance(t, dict) or k not in t]
+        if missing:
+            raise ClaimsError(f"{path}: tuning {tid!r} has no {', '.join(missing)}")
+    return tuning
+
+
+def evaluate(rec: Records, claims: list[dict[str, Any]], tuning: dict | None = None) -> list[dict[str, Any]]:
+    """Each claim with its measurements, key test, raw and Holm-adjusted p and verdict.
+
+    The Holm family is every claim's key test that is a sampling test (deterministic checks are outside it);
+    a claim's margin sensitivity reruns the correction with the alternative p in its place."""
+    rec.tuning = dict(tuning or {})
     out = []
     for c in claims:
         got = {m["id"]: MEASURES[m["kind"]](rec, m) for m in c.get("measure") or []}
-        v, why = verdict(c["verdict"], got)
-        out.append({**c, "measured": got, "verdict_text": v, "verdict_why": why})
+        out.append({**c, "measured": got, "key_test": key_test(c["verdict"], got)})
+    ps = [r["key_test"].p for r in out]
+    adj = holm(ps)
+    family = sum(1 for p in ps if p is not None and not math.isnan(p))
+    for i, r in enumerate(out):
+        t = r["key_test"]
+        r["p_raw"], r["p_holm"], r["family"] = t.p, (adj[i] if t.p is not None else None), family
+        r["verdict_text"], r["verdict_why"] = decide(t, r["p_holm"]), t.why
+        r["sensitivity"] = {}
+        for label, p_alt in t.alternatives.items():
+            alt = holm([p_alt if j == i else p for j, p in enumerate(ps)])[i]
+            r["sensitivity"][label] = (p_alt, alt, decide(t, alt))
     return out
 
 
-def markdown(results: list[dict[str, Any]], root_name: str) -> str:
-    """claims.md: the summary table, then one section per claim (quote, test, numbers, verdict rule)."""
+def _p(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2g}"
+
+
+def markdown(results: list[dict[str, Any]], root_name: str, selections: list[Selection] | None = None) -> str:
+    """claims.md: the tuning, the summary table, then one section per claim (quote, test, rule, numbers,
+    key test with its raw and Holm-adjusted p, verdict)."""
+    family = results[0]["family"] if results else 0
     lines = [
         "# The paper's claims at toy scale",
         "",
         f"Generated by `python -m pspo_repro.claims` from the runs and evaluation cells under `{root_name}/` "
-        "(claims and measurements: conf/claims.yaml; rules: pspo_repro/analysis/claims.py). Accuracies are "
-        "greedy (T = 0) true accuracy in % on the 200 test problems unless a row says otherwise; "
-        "differences in percentage points with 95% Student t intervals over seeds (seed-paired), the "
-        "per-prompt paired comparison beside them. One tiny model (0.45M parameters) on a synthetic task: "
-        "a verdict here says what this toy shows, not what holds for Qwen at 1.5B.",
+        "(claims, measurements and rules: conf/claims.yaml; statistics: pspo_repro/analysis/claims.py). "
+        "Accuracies are greedy (T = 0) true accuracy in % on the 200 test problems unless a row says otherwise; "
+        "differences in percentage points with 95% Student t intervals over seeds (seed-paired); the "
+        "per-prompt comparisons beside them are conditional on these seeds (they ignore seed-to-seed "
+        "variation). One tiny model (0.45M parameters) on a synthetic task: a verdict here says what this toy "
+        "shows, not what holds for Qwen at 1.5B.",
         "",
-        "| # | Claim (paper section) | Toy experiment | Key number | Verdict |",
-        "|---:|:---|:---|:---|:---|",
+        f"**Statistics.** Each claim has one key test; its raw p and its Holm-adjusted p over the {family} "
+        f"claims whose key test is a sampling test (family-wise level {ALPHA:g}) stand beside the verdict. "
+        "\"Supported\" or \"contradicted\" only when the adjusted p is below the level (and in the direction "
+        "the rule names); otherwise \"not resolved\". Checks of a deterministic property (a gradient that is "
+        "zero by construction, per-prompt identity of fp32 CPU runs) have no p and sit outside the family.",
+    ]
+    if selections:
+        lines += [
+            "",
+            "**Tuning-matched comparisons.** The head-to-head claims compare each method at its own learning "
+            "rate, chosen from the same sweep by its mean best validation reward (validation split, never the "
+            "test problems) on selection seeds that the reported numbers do not use; bold: the value kept.",
+            "",
+        ] + [f"- {s.text()}" for s in selections]
+    lines += [
+        "",
+        "| # | Claim (paper section) | Toy experiment | Key number | p (raw) | p (Holm) | Verdict |",
+        "|---:|:---|:---|:---|---:|---:|:---|",
     ]
     for i, r in enumerate(results, 1):
         key = r["measured"].get(r.get("key") or "", None)
         key_text = key.short if key else "-"
         lines.append(
-            f"| {i} | {r['claim']} ({r['section']}) | {r['test_short']} | {key_text} | **{r['verdict_text']}** |"
+            f"| {i} | {r['claim']} ({r['section']}) | {r['test_short']} | {key_text} | {_p(r['p_raw'])} | "
+            f"{_p(r['p_holm'])} | **{r['verdict_text']}** |"
         )
     for i, r in enumerate(results, 1):
         lines += ["", f"## {i}. {r['claim']}", "", f"> {r['quote'].strip()}", "", f"*{r['section']}*", ""]
         lines += [f"**Test.** {r['test'].strip()}", ""]
+        if r.get("rule_text"):
+            lines += [f"**Rule.** {r['rule_text'].strip()}", ""]
         if r["measured"]:
             lines += ["**Numbers.**", ""] + [f"- {m.text}" for m in r["measured"].values()] + [""]
+        t = r["key_test"]
+        if t.p is not None:
+            lines += [f"**Key test.** {t.test}: p = {_p(t.p)}, Holm-adjusted p = {_p(r['p_holm'])} "
+                      f"({r['family']} key tests).", ""]  # fmt: skip
+        for e in t.extra:
+            lines += [f"- {e}"]
+        for label, (p_alt, p_adj, v) in r["sensitivity"].items():
+            lines += [f"- sensitivity, {label}: p = {_p(p_alt)}, Holm-adjusted {_p(p_adj)}: {v}"]
+        if t.extra or r["sensitivity"]:
+            lines += [""]
         lines += [f"**Verdict: {r['verdict_text']}** ({r['verdict']['rule']}: {r['verdict_why']}).", ""]
         if r.get("reading"):
             lines += [r["reading"].strip(), ""]
@@ -713,34 +793,73 @@ def markdown(results: list[dict[str, Any]], root_name: str) -> str:
 
 
 def rows_csv(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One CSV row per measurement, with its claim's verdict."""
+    """One CSV row per measurement, with its claim's verdict and key-test p-values."""
     out = []
     for r in results:
+        head = {"claim": r["id"], "verdict": r["verdict_text"], "p_raw": r["p_raw"], "p_holm": r["p_holm"]}
         for m in r["measured"].values() or []:
-            out.append({"claim": r["id"], "verdict": r["verdict_text"], "measurement": m.id, "label": m.label,
-                        "value": m.value, "low": m.low, "high": m.high,
-                        "seeds": " ".join(f"{s}:{v:.6g}" for s, v in sorted(m.seeds.items())),
-                        **{k: v for k, v in m.extra.items()}})  # fmt: skip
+            extra = {k: v for k, v in m.extra.items() if k not in ("points", "methods")}
+            out.append({**head, "measurement": m.id, "label": m.label, "value": m.value, "low": m.low,
+                        "high": m.high, "seeds": " ".join(f"{s}:{v:.6g}" for s, v in sorted(m.seeds.items())),
+                        **extra})  # fmt: skip
         if not r["measured"]:
-            out.append({"claim": r["id"], "verdict": r["verdict_text"]})
+            out.append(head)
     return out
 
 
+def frontier_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
+    """claims_frontier.png: each frontier measurement's runs (gain, retention) and fitted lines."""
+    fronts = [m for r in results for m in r["measured"].values() if "points" in m.extra]
+    if not fronts:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(fronts), figsize=(5.5 * len(fronts), 4.2), squeeze=False)
+    for ax, m in zip(axes[0], fronts, strict=True):
+        for side, colour, method in zip(("a", "b"), ("C0", "C1"), m.extra["methods"], strict=True):
+            pts = m.extra["points"][side]
+            x, y = np.array([p[0] for p in pts]) * 100, np.array([p[1] for p in pts]) * 100
+            ax.scatter(x, y, s=14, color=colour, alpha=0.7, label=f"{method}: {len(pts)} runs")
+            if np.ptp(x) > 0:
+                k, c = np.polyfit(x, y, 1)
+                xs = np.linspace(x.min(), x.max(), 10)
+                ax.plot(xs, k * xs + c, color=colour)
+        ax.axvline(100 * m.extra["gain"], color="grey", ls=":", lw=1)
+        ax.set_xlabel("gain on the rewarded task over the base (points)")
+        ax.set_ylabel("held-out skill minus the base (points)")
+        ax.set_title(m.label, fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
 def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
-    """Compute every claim from ``results_dir``; write ``claims.md`` and ``claims.csv`` into ``out_dir``."""
+    """Compute every claim from ``results_dir``; write ``claims.md`` and ``claims.csv`` (and
+    ``claims_frontier.png`` when a claim reads a frontier) into ``out_dir``."""
     claims = load_spec(spec)
-    results = evaluate(Records.read(results_dir), claims)  # everything computed before anything is written
+    tuning = load_tuning(spec)
+    rec = Records.read(results_dir)
+    results = evaluate(rec, claims, tuning)  # everything computed before anything is written
     rows = rows_csv(results)
     cols = list(dict.fromkeys(k for row in rows for k in row))
     out_dir.mkdir(parents=True, exist_ok=True)
     md, table = out_dir / "claims.md", out_dir / "claims.csv"
+    selections = [rec.selected[k] for k in sorted(rec.selected)]
     with atomic_open(md, "w", encoding="utf-8") as fh:
-        fh.write(markdown(results, results_dir.name))
+        fh.write(markdown(results, results_dir.name, selections))
     with atomic_open(table, "w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
-    return [md, table]
+    fig = frontier_figure(results, out_dir / "claims_frontier.png")
+    return [md, table] + ([fig] if fig else [])
 
 
 KEYS = ("results_dir", "out_dir", "spec")

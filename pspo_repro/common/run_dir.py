@@ -171,6 +171,25 @@ def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:
     return keep
 
 
+def portable_identity(identity: dict[str, Any] | None, folder: Path | str | None) -> dict[str, Any] | None:
+    """``identity`` with a ``model.path`` inside the run's results root (``folder``'s ``runs/`` parent: the
+    mini's SFT base under ``<root>/work/sft``) written relative to that root, so a committed run compares
+    equal to the same run reopened from another checkout of the results (``reuse_committed``)."""
+    if not isinstance(identity, dict) or folder is None:
+        return identity
+    model = identity.get("model")
+    path = model.get("path") if isinstance(model, dict) else None
+    folder = Path(folder)
+    if not isinstance(path, str) or len(folder.parents) < 4 or folder.parents[2].name != "runs":
+        return identity
+    root = folder.parents[3]
+    try:
+        rel = Path(path).relative_to(root)
+    except ValueError:
+        return identity
+    return {**identity, "model": {**model, "path": f"<results root>/{rel.as_posix()}"}}
+
+
 def read_run_json(folder: Path) -> dict[str, Any] | None:
     """The folder's ``run.json``, or None if there is none."""
     path = folder / "run.json"

@@ -32,6 +32,7 @@ from pspo_repro.common.redact import redact
 from pspo_repro.common.run_dir import (
     identity_config,
     last_checkpoint,
+    portable_identity,
     read_run_json,
     run_folder,
     tag_from_overrides,
@@ -676,7 +677,9 @@ def _finished_already(plan: _Plan, previous: dict | None) -> bool:
     """Step 3: refuse a folder of another configuration; True (reported) when this run has finished."""
     if previous is None:
         return False
-    if previous.get("identity") != redact(plan.identity):  # run.json stores it redacted
+    # run.json stores it redacted; the SFT base's path is compared relative to each run's results root
+    stored = portable_identity(previous.get("identity"), previous.get("run_dir") or plan.folder)
+    if stored != portable_identity(redact(plan.identity), plan.folder):
         raise UsageError(
             f"{plan.folder} holds a run with a different configuration; set run_tag=... or remove the folder"
         )
