@@ -1,0 +1,117 @@
+"""Selection on validation (analysis/tuning.py) and the pipeline's tuned groups that run at the chosen value."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pspo_repro.analysis import tuning
+from pspo_repro.analysis.tuning import TuningError, point_tag, select, split_tag
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.pipelines import mini
+
+VALUES = ["1e-4", "3e-4", "1e-3"]
+
+
+def _run(folder: Path, rewards: list[float | None], status: str = "finished") -> None:
+    """A run folder whose metrics.jsonl validates at steps 0, 4, 8, ... with these rewards."""
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"status": status}))
+    lines = [json.dumps({"step": 4 * i, "eval/reward": r}) for i, r in enumerate(rewards)]
+    lines.insert(1, json.dumps({"step": 1, "train/loss": 0.1}))  # a training line has no validation
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _sweep(root: Path, method: str, scores: dict[str, list[list[float]]], point=None, tag="tune") -> None:
+    for value, per_seed in scores.items():
+        vtag = point_tag(tag, {**(point or {}), "trainer.learning_rate": value})
+        for seed, rewards in zip((100, 101, 102), per_seed, strict=True):
+            _run(root / method / f"seed{seed}-{vtag}", rewards)
+
+
+def test_point_tag_matches_training_tags():
+    assert point_tag("tune", {"trainer.learning_rate": "3e-4"}) == "tune-learning_rate0.0003"
+    # keys sorted by their full name, as run_dir.tag_from_overrides: method.* before trainer.*
+    p = {"trainer.learning_rate": 1e-3, "method.num_iterations": 2}
+    assert point_tag("tune", p) == "tune-num_iterations2_learning_rate0.001"
+    assert split_tag("tune-num_iterations2_learning_rate0.001", "tune", "learning_rate") == (
+        "0.001",
+        "num_iterations2",
+    )
+    assert split_tag("tuned-learning_rate0.001", "tune", "learning_rate") is None
+
+
+def test_select_by_mean_best_validation_after_step_zero(tmp_path):
+    # step 0 (the base model's validation, 0.9 here) never counts; each run's best later value does
+    _sweep(tmp_path, "clip", {
+        "1e-4": [[0.9, 0.1, 0.2], [0.9, 0.2, 0.1], [0.9, 0.3, 0.3]],  # bests 0.2, 0.2, 0.3 -> 0.2333
+        "3e-4": [[0.9, 0.3, 0.1], [0.9, 0.1, 0.4], [0.9, 0.2, 0.2]],  # bests 0.3, 0.4, 0.2 -> 0.3
+        "1e-3": [[0.9, 0.5, 0.0], [0.9, 0.0, 0.0], [0.9, 0.1, 0.0]],  # bests 0.5, 0.0, 0.1 -> 0.2
+    })  # fmt: skip
+    sel = select(tmp_path, "clip", "tune", "trainer.learning_rate", VALUES, [100, 101, 102])
+    assert sel.chosen == "0.0003"
+    assert sel.scores["0.0001"] == pytest.approx((0.2 + 0.2 + 0.3) / 3)
+    assert sel.per_seed["0.001"] == {100: 0.5, 101: 0.0, 102: 0.1}
+    assert "**0.0003: 0.300**" in sel.text()
+
+
+def test_select_ties_go_to_the_first_value_and_points_select_their_own_runs(tmp_path):
+    same = [[0.0, 0.2]] * 3
+    _sweep(tmp_path, "noclip", {v: same for v in VALUES}, point={"method.num_iterations": 2})
+    sel = select(tmp_path, "noclip", "tune", "trainer.learning_rate", VALUES, [100, 101, 102],
+                 {"method.num_iterations": 2})  # fmt: skip
+    assert sel.chosen == "0.0001"
+    with pytest.raises(TuningError, match="not finished"):  # the 1-pass point has no runs here
+        select(tmp_path, "noclip", "tune", "trainer.learning_rate", VALUES, [100, 101, 102])
+
+
+@pytest.mark.parametrize("problem", ["unfinished", "no_validation", "torn"])
+def test_select_refuses_a_choice_on_fewer_runs(tmp_path, problem):
+    _sweep(tmp_path, "pspo", {v: [[0.0, 0.2]] * 3 for v in VALUES})
+    bad = tmp_path / "pspo" / "seed101-tune-learning_rate0.001"
+    if problem == "unfinished":
+        (bad / "run.json").write_text(json.dumps({"status": "running"}))
+        match = "not finished"
+    elif problem == "no_validation":
+        (bad / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/reward": 0.5}) + "\n")
+        match = "no validation after step 0"
+    else:
+        (bad / "metrics.jsonl").write_text('{"step": 4, "eval/rew\n')
+        match = "metrics.jsonl:1: not a JSON line"
+    with pytest.raises(TuningError, match=match):
+        select(tmp_path, "pspo", "tune", "trainer.learning_rate", VALUES, [100, 101, 102])
+
+
+def test_best_validation_ignores_non_finite(tmp_path):
+    _run(tmp_path / "r", [0.3, None, 0.2])
+    assert tuning.best_validation(tmp_path / "r" / "metrics.jsonl") == pytest.approx(0.2)
+    _run(tmp_path / "s", [0.3])
+    assert math.isnan(tuning.best_validation(tmp_path / "s" / "metrics.jsonl"))
+
+
+def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
+    """conf/study.yaml: the tuned groups wait for their sweeps, then run each method at its own choice."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "study", [f"root={tmp_path}"])
+    runs = tmp_path / "runs" / "mini_sft"
+    best = {"clip": "1e-3", "pspo": "3e-4", "noclip": "1e-4"}
+    for method, pick in best.items():
+        _sweep(runs, method, {v: [[0.0, 0.5 if v == pick else 0.1]] * 3 for v in VALUES})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in VALUES},
+           point={"method.num_iterations": 2})  # fmt: skip
+    jobs = {j.name: j.cmd for j in mini.rl_jobs(cfg, tmp_path, "select")}
+    assert set(jobs) == {"rl-tuned-0", "rl-tuned-1", "rl-tuned-2", "rl-tuned_noclip2"}
+    lrs = {next(a for a in c if a.startswith("method=")): next(a for a in c if "learning_rate" in a)
+           for c in jobs.values() if "method.num_iterations=2" not in c}  # fmt: skip
+    assert lrs == {"method=clip": "trainer.learning_rate=0.001", "method=pspo": "trainer.learning_rate=0.0003",
+                   "method=noclip": "trainer.learning_rate=0.0001"}  # fmt: skip
+    assert all("run_tag=tuned" in c and "seed=0,1,2,3,4,5,6,7,8,9" in c for c in jobs.values())
+    assert "trainer.learning_rate=0.001" in jobs["rl-tuned_noclip2"]
+    tagged = {(m, t) for m, t, s in mini.rl_runs(cfg, tmp_path) if t.startswith("tuned-")}
+    assert tagged == {("clip", "tuned-learning_rate0.001"), ("pspo", "tuned-learning_rate0.0003"),
+                      ("noclip", "tuned-learning_rate0.0001"),
+                      ("noclip", "tuned-num_iterations2_learning_rate0.001")}  # fmt: skip
+    assert not [j for j in mini.rl_jobs(cfg, tmp_path, "sweep") if "run_tag=tuned" in j.cmd]
