@@ -47,6 +47,14 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "k_neg": _rule(lambda v: v >= 0, "a number >= 0"),
     "lambda_pos": _rule(lambda v: v > 0, "a number > 0"),
     "lambda_neg": _rule(lambda v: v > 0, "a number > 0"),
+    # dual-clip cap c of GPPO / CE-GPPO / DCPO: the authors' code asserts clip_ratio_c > 1
+    "clip_c": _rule(lambda v: v > 1, "a number > 1"),
+    # CE-GPPO's gradient scales on low-clipped (A < 0) and high-clipped (A > 0) tokens
+    "beta_low": _rule(lambda v: v >= 0, "a number >= 0"),
+    "beta_high": _rule(lambda v: v >= 0, "a number >= 0"),
+    "m2_threshold": _rule(lambda v: v > 0, "a number > 0"),  # M2PO's bound on the kept tokens' mean (log r)^2
+    "kl_tau": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl's weight of the (log r)^2 term
+    "ipo_threshold": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl ipo's bound on |p - q|
 }
 
 

@@ -27,7 +27,8 @@ from pspo_repro.methods.pspo import smoothed_ratio
 
 ALL = list_methods()
 # methods whose zero_grad_frac metric is checked against autograd
-ZERO_GRAD_METHODS = [n for n in ALL if n not in ("topr", "cispo", "gpg", "dro")]
+# (dppo_k25 and ipo: the squared log-ratio term gives a dropped token a gradient unless r == 1 exactly)
+ZERO_GRAD_METHODS = [n for n in ALL if n not in ("topr", "cispo", "gpg", "dro", "dppo_k25", "ipo")]
 
 
 def example(requires_grad: bool = True):
@@ -439,6 +440,8 @@ def test_registry_names():
         + ["dppo_binary_tv", "dppo_binary_kl", "dppo_topk_tv", "dppo_topk_kl"]
         # verl's remaining policy losses and TRL 1.16's remaining loss types
         + ["gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "vespo", "luspo"]
+        # from the authors' code of 2025-2026 papers and prime-rl (tests/methods/test_authors_parity.py)
+        + ["gppo", "ce_gppo", "dcpo", "m2po", "dppo_k25", "ipo"]
     )
     assert method_extra_inputs("dppo_topk_kl") == ("topk_old_logps", "topk_logps")
     assert all(method_extra_inputs(n) == () for n in ALL if not n.startswith("dppo_topk"))

@@ -1,0 +1,288 @@
+"""The methods taken from the authors' code (issue 35) against that code's formula, restated here.
+
+None of those repositories is a dependency: each ``authors_*`` function below re-derives, step by step and in
+the authors' own order of operations, the formula of the function named in its comment (the commit is in each
+method's module docstring). Our method must match its loss and its gradient on the same tensors, with tokens
+inside and outside the trust region on both sides and both advantage signs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pspo_repro.methods import get_method
+from pspo_repro.methods.m2po import m2po_keep
+from tests.methods.test_methods import random_batch
+
+
+def batch(seed: int = 0, spread: float = 1.0):
+    """A random batch with [B, T] advantages of both signs and ratios on both sides of every bound."""
+    logp, old, adv, mask = random_batch(seed=seed, b=8, t=12, spread=spread)
+    adv = adv[:, None].expand_as(logp).clone()
+    adv[0] = 0.0  # a zero-advantage row
+    return logp, old, adv, mask
+
+
+def ours(name, logp, old, adv, mask, **params):
+    x = logp.detach().clone().requires_grad_(True)
+    out = get_method(name)(x, old, adv, mask, **params)
+    out.per_token_loss.sum().backward()
+    return out.per_token_loss.detach(), x.grad, out.metrics
+
+
+def theirs(fn, logp, old, adv, mask, **params):
+    x = logp.detach().clone().requires_grad_(True)
+    loss = fn(old, x, adv, mask, **params) * mask
+    loss.sum().backward()
+    return loss.detach(), x.grad
+
+
+def assert_same(a, b):
+    torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+# ---------------------------------------------------------------- the authors' formulas, restated
+
+
+def authors_gppo(old, logp, adv, mask, clip_low=0.2, clip_high=0.2, clip_c=3.0):
+    # Kwai-Klear/CE-GPPO core_algos.py compute_gppo_loss, only_high=False (no log-ratio clamp)
+    ratio = torch.exp(logp - old)
+    l1 = -adv * ratio
+    lo = (1 - clip_low) / ratio.detach() * ratio
+    hi = (1 + clip_high) / ratio.detach() * ratio
+    l2 = -adv * torch.clamp(ratio, lo, hi)
+    clip1 = torch.maximum(l1, l2)
+    clip2 = torch.min(-adv * clip_c, clip1)
+    return torch.where(adv < 0, clip2, clip1)
+
+
+def authors_ce_gppo(old, logp, adv, mask, clip_low=0.2, clip_high=0.2, clip_c=3.0, beta1=0.25, beta2=1.0):
+    # Kwai-Klear/CE-GPPO core_algos.py compute_gppo_loss_general_beta
+    ratio = torch.exp(logp - old)
+    rd = ratio.detach()
+    low = (ratio < 1 - clip_low) & (adv < 0)
+    high = (ratio > 1 + clip_high) & (adv > 0)
+    other = ~(low | high)
+    clip1 = torch.zeros_like(adv)
+    clip1[low] = -beta1 * (1 - clip_low) / rd[low] * ratio[low] * adv[low]
+    clip1[high] = -beta2 * (1 + clip_high) / rd[high] * ratio[high] * adv[high]
+    clip1[other] = -ratio[other] * adv[other]
+    clip2 = torch.min(-adv * clip_c, clip1)
+    return torch.where(adv < 0, clip2, clip1)
+
+
+def authors_dcpo(old, logp, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=10.0):
+    # lime-RL/DCPO core_algos.py get_clip_low_high + compute_policy_loss_dcpo, clip_type="dynamic"
+    q = torch.exp(old)
+    low_c = 1 - torch.where(q != 0, 4 * clip_low / q, 0)
+    low_c = low_c * (low_c >= 0)
+    high_c = torch.where(q != 0, 1 + 4 * clip_high / q, float("inf"))
+    low = (1 + torch.sqrt(low_c)) / 2
+    high = torch.clamp((1 + torch.sqrt(high_c)) / 2, 0, max(clip_c, 10))
+    ratio = torch.exp(logp - old)
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, low, high)
+    clip1 = torch.maximum(l1, l2)
+    clip2 = torch.min(-adv * clip_c, clip1)
+    return torch.where(adv < 0, clip2, clip1)
+
+
+def areal_m2po_mask(old, prox, mask, threshold):
+    # inclusionAI/AReaL actor.py _apply_m2po_masking + _get_m2po_loss_mask
+    m2 = (old - prox) * (old - prox)
+    flat = mask.bool().view(-1)
+    sel = m2.view(-1)[flat]
+    sorted_m2, idx = torch.sort(sel, descending=True)
+    n = sorted_m2.numel()
+    avg = sorted_m2.flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=sorted_m2.dtype)
+    below = torch.where(avg < threshold)[0]
+    k = below[0].item() if len(below) > 0 else n - 1
+    keep_sorted = torch.ones(n, dtype=torch.bool)
+    keep_sorted[:k] = False
+    full = torch.zeros_like(flat)
+    full[flat] = keep_sorted[torch.argsort(idx)]
+    return full.view_as(mask)
+
+
+def m2po_paper(old, logp, adv, mask, threshold=0.04):
+    # M2PO objective (AReaL docs/en/algorithms/m2po.md): -M r A, M from (log pi_theta - log pi_behav)^2
+    keep = areal_m2po_mask(old, logp.detach(), mask, threshold)
+    return -(keep * torch.exp(logp - old) * adv)
+
+
+def prime_default(old, logp, adv, mask, dppo_mask_low=0.2, dppo_mask_high=0.2, kl_tau=1e-3):
+    # PrimeIntellect-ai/prime-rl loss.py default_loss_fn (adv_tau = 1)
+    lr = logp - old
+    ratio = torch.exp(lr)
+    diff = torch.exp(logp) - torch.exp(old)
+    invalid = torch.where(adv > 0, diff > dppo_mask_high, diff < -dppo_mask_low)
+    keep = mask.bool() & ~invalid
+    return -(keep * adv * ratio) + kl_tau * (mask * lr**2)
+
+
+def prime_ipo(old, logp, adv, mask, ipo_threshold=0.1, kl_tau=1e-3):
+    # PrimeIntellect-ai/prime-rl loss.py ipo_loss_fn (adv_tau = 1)
+    lr = logp - old
+    ratio = torch.exp(lr)
+    keep = mask.bool() & ~(torch.abs(torch.exp(logp) - torch.exp(old)) > ipo_threshold)
+    return -(keep * adv * ratio) + kl_tau * (mask * lr**2)
+
+
+def roll_kimi15(old, logp, adv, mask, tau=0.1):
+    # alibaba/ROLL rlvr/actor_pg_worker.py _compute_kimi15_loss
+    return -adv * logp + tau * 0.5 * (logp - old).pow(2)
+
+
+# ---------------------------------------------------------------- parity
+
+
+CASES = [
+    ("gppo", authors_gppo, {}, {}),
+    (
+        "gppo",
+        authors_gppo,
+        {"eps_low": 0.1, "eps_high": 0.3, "clip_c": 1.5},
+        {"clip_low": 0.1, "clip_high": 0.3, "clip_c": 1.5},
+    ),
+    ("ce_gppo", authors_ce_gppo, {}, {}),
+    (
+        "ce_gppo",
+        authors_ce_gppo,
+        {"beta_low": 0.75, "beta_high": 0.5, "eps_high": 0.28, "clip_c": 10.0},
+        {"beta1": 0.75, "beta2": 0.5, "clip_high": 0.28, "clip_c": 10.0},
+    ),
+    ("dcpo", authors_dcpo, {}, {}),
+    (
+        "dcpo",
+        authors_dcpo,
+        {"eps_low": 0.1, "eps_high": 0.2, "clip_c": 3.0},
+        {"clip_low": 0.1, "clip_high": 0.2, "clip_c": 3.0},
+    ),
+    ("m2po", m2po_paper, {}, {}),
+    ("m2po", m2po_paper, {"m2_threshold": 0.5}, {"threshold": 0.5}),
+    ("dppo_k25", prime_default, {}, {}),
+    (
+        "dppo_k25",
+        prime_default,
+        {"delta_low": 0.05, "delta_high": 0.3, "kl_tau": 0.1},
+        {"dppo_mask_low": 0.05, "dppo_mask_high": 0.3, "kl_tau": 0.1},
+    ),
+    ("ipo", prime_ipo, {}, {}),
+    ("ipo", prime_ipo, {"ipo_threshold": 0.3, "kl_tau": 0.05}, {"ipo_threshold": 0.3, "kl_tau": 0.05}),
+    # Kimi k1.5 (ROLL pg_variant="kimi15", kimi15_tau 0.1) is verl's dro with dro_beta = tau
+    ("dro", roll_kimi15, {}, {}),
+    ("dro", roll_kimi15, {"dro_beta": 0.5}, {"tau": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("name", "ref", "params", "ref_params"), CASES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_loss_and_gradient_match_the_authors(name, ref, params, ref_params, seed):
+    logp, old, adv, mask = batch(seed)
+    loss, grad, _ = ours(name, logp, old, adv, mask, **params)
+    ref_loss, ref_grad = theirs(ref, logp, old, adv, mask, **ref_params)
+    assert_same(loss, ref_loss)
+    assert_same(grad, ref_grad)
+
+
+def test_the_batches_reach_every_region():
+    """The parity batches hold clipped tokens on both sides, both advantage signs and dual-clipped ones."""
+    logp, old, adv, mask = batch(0)
+    r, on = torch.exp(logp - old), mask > 0
+    assert ((r > 1.2) & (adv > 0) & on).any() and ((r < 0.8) & (adv < 0) & on).any()
+    assert ((r < 0.8) & (adv > 0) & on).any() and ((r > 1.2) & (adv < 0) & on).any()
+    assert ((r > 3.0) & (adv < 0) & on).any()
+    _, _, metrics = ours("m2po", logp, old, adv, mask)
+    assert 0 < metrics["mask_frac"] < 1
+
+
+# ---------------------------------------------------------------- GPPO: same loss as clip, other gradient
+
+
+def test_gppo_loss_equals_dual_clip_ppo_but_clipped_tokens_keep_b_times_the_gradient():
+    logp, old, adv, mask = batch(3)
+    loss, grad, metrics = ours("gppo", logp, old, adv, mask)
+    clip_loss, clip_grad, _ = ours("clip", logp, old, adv, mask, delta=3.0)
+    assert_same(loss, clip_loss)
+    r = torch.exp(logp - old)
+    on = mask > 0
+    high = (adv > 0) & (r > 1.2) & on
+    low = (adv < 0) & (r < 0.8) & on
+    dual = (adv < 0) & (r > 3.0) & on
+    inside = on & ~high & ~low & ~dual
+    assert high.any() and low.any() and dual.any()
+    assert (clip_grad[high | low] == 0).all()  # clip: flat, no gradient
+    assert_same(grad[high], (-1.2 * adv)[high])  # GPPO: d loss / d logp = -b A
+    assert_same(grad[low], (-0.8 * adv)[low])
+    assert (grad[dual] == 0).all()  # past the dual clip both are flat
+    assert_same(grad[inside], clip_grad[inside])
+    expected_zero = (((grad == 0) & on & (adv != 0)).sum() / on.sum()).item()
+    assert metrics["zero_grad_frac"].item() == pytest.approx(expected_zero)
+
+
+def test_ce_gppo_scales_the_clipped_gradients_by_beta():
+    logp, old, adv, mask = batch(4)
+    _, grad, _ = ours("ce_gppo", logp, old, adv, mask, beta_low=0.5, beta_high=2.0)
+    _, g_gppo, _ = ours("gppo", logp, old, adv, mask)
+    r, on = torch.exp(logp - old), mask > 0
+    high, low = (adv > 0) & (r > 1.2) & on, (adv < 0) & (r < 0.8) & on
+    assert_same(grad[high], 2.0 * g_gppo[high])
+    assert_same(grad[low], 0.5 * g_gppo[low])
+    assert_same(grad[~high & ~low], g_gppo[~high & ~low])
+    # beta = 1 on both sides is GPPO
+    loss1, g1, _ = ours("ce_gppo", logp, old, adv, mask, beta_low=1.0, beta_high=1.0)
+    loss2, g2, _ = ours("gppo", logp, old, adv, mask)
+    assert_same(loss1, loss2)
+    assert_same(g1, g2)
+
+
+# ---------------------------------------------------------------- DCPO, M2PO, prime-rl: defining properties
+
+
+def test_dcpo_bounds_widen_for_rare_tokens_and_reach_ppo_at_q_one():
+    from pspo_repro.methods.dcpo import dcpo_bounds
+
+    old = torch.tensor([0.0, math.log(0.5), math.log(0.01), -1000.0], dtype=torch.float64)  # last: q == 0
+    lo, hi = dcpo_bounds(old, 0.2, 0.28, 10.0)
+    # q = 1: lo = (1 + sqrt(0.2)) / 2, hi = (1 + sqrt(2.12)) / 2
+    assert lo[0].item() == pytest.approx((1 + math.sqrt(0.2)) / 2)
+    assert hi[0].item() == pytest.approx((1 + math.sqrt(2.12)) / 2)
+    assert lo[1].item() == 0.5 and lo[2].item() == 0.5  # 4 eps / q >= 1: the lower bound is 1/2
+    assert hi[1] < hi[2] <= 10.0
+    assert lo[3].item() == 1.0 and hi[3].item() == 10.0  # the authors' q == 0 branch
+
+
+def test_m2po_mask_matches_areal_and_its_edge_cases():
+    logp, old, _, mask = batch(5, spread=0.5)
+    for threshold in (0.01, 0.04, 0.2, 10.0):
+        ours_keep = m2po_keep((logp - old).square(), mask, threshold)
+        assert torch.equal(ours_keep, areal_m2po_mask(old, logp, mask, threshold))
+    # every suffix mean >= threshold: AReaL keeps only the smallest token
+    m2 = torch.tensor([[4.0, 9.0, 1.0, 7.0]])
+    keep = m2po_keep(m2, torch.ones(1, 4), 0.5)
+    assert keep.tolist() == [[False, False, True, False]]
+    # the kept tokens' mean is below the threshold, and nothing is dropped when it already is
+    # sorted 9, 7, 4, 1: the rest's means are 5.25, 4, 2.5, 1
+    assert m2po_keep(m2, torch.ones(1, 4), 4.5).tolist() == [[True, False, True, True]]  # drop 9
+    assert m2po_keep(m2, torch.ones(1, 4), 3.0).tolist() == [[True, False, True, False]]  # drop 9 and 7
+    assert m2po_keep(m2, torch.ones(1, 4), 100.0).all()
+
+
+def test_prime_losses_pull_dropped_tokens_back_only_through_the_squared_log_ratio():
+    p = torch.tensor([[0.9, 0.1, 0.55]], dtype=torch.float64)
+    old = torch.full_like(p, 0.5).log()
+    for name, adv, dropped in [
+        ("dppo_k25", torch.tensor([1.0]), [True, False, False]),  # A > 0: only p - q > 0.2 is dropped
+        ("dppo_k25", torch.tensor([-1.0]), [False, True, False]),  # A < 0: only p - q < -0.2
+        ("ipo", torch.tensor([1.0]), [True, True, False]),  # |p - q| > 0.1 whatever A's sign
+        ("ipo", torch.tensor([-1.0]), [True, True, False]),
+    ]:
+        _, grad, metrics = ours(name, p.log(), old, adv, torch.ones_like(p), kl_tau=0.1)
+        lr = (p / 0.5).log()
+        pg = -adv * (p / 0.5)
+        expected = torch.where(torch.tensor([dropped]), 0.0, pg) + 2 * 0.1 * lr
+        assert_same(grad, expected)
+        assert metrics["mask_frac"].item() == pytest.approx(sum(dropped) / 3)
