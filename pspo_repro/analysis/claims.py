@@ -627,6 +627,9 @@ def key_test(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
                            f"{best.label} has the highest mean; the largest one-sided p of its seed-paired "
                            "differences to the others decides", "one-sided t")  # fmt: skip
         above = {k: one_sided_t(d, 0.0, False) for k, d in diffs.items() if sum(d) < 0}
+        if not above:  # a tie on the means: no direction to test
+            return KeyTest(1.0, "not resolved", "not resolved",
+                           f"{top.label} and {best.label} tie on the mean; no value is above the other")  # fmt: skip
         k = min(above, key=above.get)
         ranks = ", ".join(f"{v.label} {v.value:.3f}" for v in sorted(values, key=lambda v: -v.value))
         return KeyTest(above[k], "contradicted", "not resolved",

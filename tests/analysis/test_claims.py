@@ -22,49 +22,103 @@ def _m(mid: str, value: float, low: float = math.nan, high: float = math.nan, se
     return Measured(mid, mid, value, low, high, dict(seeds or {}))
 
 
-@pytest.mark.parametrize(
-    ("low", "high", "expected"),
-    [(0.01, 0.2, "supported"), (-0.2, -0.01, "contradicted"), (-0.1, 0.1, "not resolved")],
-)
-def test_greater(low, high, expected):
-    assert verdict({"rule": "greater", "diff": "d"}, {"d": _m("d", 0.0, low, high)})[0] == expected
+def _d(mid: str, values) -> Measured:
+    """A seed-paired difference measurement from per-seed values (mean and t interval as m_compare's)."""
+    iv = t_interval(list(values))
+    return Measured(mid, mid, iv.mean, iv.low, iv.high, dict(enumerate(values)))
 
 
 @pytest.mark.parametrize(
-    ("low", "high", "expected"),
-    [(-0.04, 0.02, "supported"), (-0.2, -0.01, "contradicted"), (-0.08, 0.02, "not resolved")],
-)
-def test_similar_or_better(low, high, expected):
-    rule = {"rule": "similar_or_better", "diff": "d", "margin": 0.05}
-    assert verdict(rule, {"d": _m("d", 0.0, low, high)})[0] == expected
+    ("values", "expected"),
+    [([0.05, 0.06, 0.07, 0.05, 0.06], "supported"), ([-0.05, -0.06, -0.07, -0.05, -0.06], "contradicted"),
+     ([0.05, -0.04, 0.02, -0.03, 0.01], "not resolved")],
+)  # fmt: skip
+def test_greater(values, expected):
+    assert verdict({"rule": "greater", "diff": "d"}, {"d": _d("d", values)})[0] == expected
 
 
-@pytest.mark.parametrize(
-    ("gain", "drop", "stable"),
-    [
-        ((0.1, 0.3), (-0.04, 0.05), "supported"),  # gains, no real drop
-        ((0.1, 0.3), (-0.2, -0.01), "contradicted"),  # a significant drop
-        ((-0.01, 0.3), (-0.04, 0.05), "contradicted"),  # no gain over the base
-        ((0.1, 0.3), (-0.09, 0.05), "not resolved"),  # a drop of up to 9 points not excluded
-    ],
-)
-def test_stable_and_unstable(gain, drop, stable):
-    got = {"g": _m("g", 0.2, *gain), "d": _m("d", 0.0, *drop)}
-    assert verdict({"rule": "stable", "gain": "g", "drop": "d", "margin": 0.05}, got)[0] == stable
-    flipped = {"supported": "contradicted", "contradicted": "supported"}.get(stable, stable)
-    assert verdict({"rule": "unstable", "gain": "g", "drop": "d", "margin": 0.05}, got)[0] == flipped
+def test_seed_tests_by_hand():
+    """t, exact Wilcoxon signed-rank and sign test p-values against their textbook values."""
+    import scipy.stats
+
+    ten = [0.01 * (i + 1) for i in range(10)]
+    p = claims.seed_tests(ten)
+    assert p["wilcoxon"] == pytest.approx(2 / 2**10)  # all 10 positive: the one most extreme ranking, two-sided
+    assert p["sign"] == pytest.approx(2 / 2**10)
+    assert p["t"] == pytest.approx(scipy.stats.ttest_1samp(ten, 0).pvalue)
+    assert claims.seed_tests([0.0, 0.0, 0.0]) == {"t": 1.0, "wilcoxon": 1.0, "sign": 1.0}
+    assert claims.seed_tests([0.2, 0.2])["t"] == 0.0  # constant and non-zero: no spread, certain sign
+
+
+def test_holm_by_hand():
+    # sorted 0.01, 0.02, 0.04 -> x3, x2, x1 with the running maximum: 0.03, 0.04, 0.04
+    assert claims.holm([0.04, 0.01, None, 0.02]) == pytest.approx([0.04, 0.03, math.nan, 0.04], nan_ok=True)
+
+
+def test_holm_turns_a_lone_significance_into_not_resolved():
+    """A claim significant alone (p = 0.03) is not resolved among four whose other p-values are large."""
+    spec = [{"id": f"c{i}", "verdict": {"rule": "greater", "diff": "d"}, "measure": []} for i in range(4)]
+    got = {"d": _d("d", [0.06, 0.0, 0.03, 0.05, 0.02])}
+    t = claims.key_test({"rule": "greater", "diff": "d"}, got)
+    assert 0.01 < t.p < 0.05 and claims.decide(t, t.p) == "supported"
+    adj = claims.holm([t.p, 0.5, 0.6, 0.7])
+    assert claims.decide(t, adj[0]) == "not resolved"
+    assert len(spec) == 4
+
+
+def test_non_inferior_margin_from_the_seeds_spread():
+    acc = {f"a{i}": _d(f"a{i}", v) for i, v in enumerate([[0.30, 0.32, 0.28, 0.31], [0.29, 0.33, 0.30, 0.27]])}
+    half = sum((m.high - m.low) / 2 for m in acc.values()) / 2
+    rule = {"rule": "non_inferior", "diff": "d", "margin_from": ["a0", "a1"]}
+    close = _d("d", [0.001, -0.002, 0.003, 0.0, 0.001])
+    t = claims.key_test(rule, {**acc, "d": close})
+    assert t.if_significant == "supported" and claims.decide(t, t.p) == "supported"
+    assert f"{100 * half:.1f}" in t.why and len(t.alternatives) == 2
+    far = _d("d", [-3 * half - 0.01, -3 * half, -3 * half + 0.01])
+    t = claims.key_test(rule, {**acc, "d": far})
+    assert claims.decide(t, t.p) == "contradicted"
+
+
+def test_equivalent_tost():
+    rule = {"rule": "equivalent", "diff": "d", "margin": 0.05}
+    assert verdict(rule, {"d": _d("d", [0.001, -0.001, 0.002, 0.0, -0.002, 0.001])})[0] == "supported"
+    assert verdict(rule, {"d": _d("d", [0.10, 0.11, 0.09, 0.10, 0.12])})[0] == "contradicted"
+    assert verdict(rule, {"d": _d("d", [0.04, -0.06, 0.08])})[0] == "not resolved"
+
+
+def test_stable_reads_gain_and_collapses_not_a_drop():
+    gain = _d("g", [0.2, 0.25, 0.22, 0.21, 0.24])
+    none = Measured("c", "c", 0.0, seeds=dict.fromkeys(range(5), 0.0))
+    one = Measured("c", "c", 0.2, seeds={0: 1.0, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0})
+    most = Measured("c", "c", 0.6, seeds={0: 1.0, 1: 1.0, 2: 1.0, 3: 0.0, 4: 0.0})
+    rule = {"rule": "stable", "gain": "g", "collapse": "c"}
+    assert verdict(rule, {"g": gain, "c": none})[0] == "supported"
+    assert verdict(rule, {"g": gain, "c": one})[0] == "not resolved"  # gains, but one run collapsed
+    t = claims.key_test(rule, {"g": gain, "c": most})
+    assert t.p is None and claims.decide(t, None) == "contradicted"
 
 
 def test_exceeds_and_zero_vs_positive():
-    got = {"a": _m("a", 0.05), "b": _m("b", 0.0005), "r": _m("r", 0.0)}
-    rule = {"rule": "exceeds", "stats": ["a", "b"], "reference": "r", "threshold": 0.001}
-    assert verdict(rule, got)[0] == "not resolved"
-    assert verdict({**rule, "stats": ["a"]}, got)[0] == "supported"
-    assert verdict({**rule, "stats": ["b"]}, got)[0] == "contradicted"
+    above = _m("a", 0.05, seeds={0: 0.04, 1: 0.05, 2: 0.06})
+    below = _m("b", 0.0002, seeds={0: 0.0001, 1: 0.0002, 2: 0.0003})
+    rule = {"rule": "exceeds", "stats": ["a"], "threshold": 0.001}
+    assert verdict(rule, {"a": above})[0] == "supported"
+    assert verdict({**rule, "stats": ["b"]}, {"b": below})[0] == "contradicted"
+    assert verdict({**rule, "stats": ["a", "b"]}, {"a": above, "b": below})[0] == "not resolved"
     z = {"z": _m("z", 0.0, seeds={0: 0.0, 1: 0.0004}), "p": _m("p", 0.08, seeds={0: 0.06, 1: 0.1})}
     assert verdict({"rule": "zero_vs_positive", "zero": "z", "positive": "p"}, z)[0] == "contradicted"
     rule = {"rule": "zero_vs_positive", "zero": "z", "positive": "p", "tolerance": 0.001}
     assert verdict(rule, z)[0] == "supported"
+    assert claims.key_test(rule, z).p is None  # deterministic: outside the Holm family
+
+
+def test_identical_unless_clipped():
+    same = Measured("s", "s", 0.0, extra={"identical": True})
+    diff = Measured("d", "d", 0.01, extra={"identical": False})
+    rule = {"rule": "identical_unless_clipped", "identical": ["s"], "differ": ["d"]}
+    assert verdict(rule, {"s": same, "d": diff})[0] == "supported"
+    assert verdict(rule, {"s": diff, "d": diff})[0] == "contradicted"
+    assert verdict(rule, {"s": same, "d": same})[0] == "contradicted"
 
 
 def test_peak():
@@ -92,6 +146,62 @@ def test_unknown_rule_and_bad_spec(tmp_path):
     assert claims.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={bad}"]) == 1
     assert claims.main([f"results_dir={MINI}", f"out_dir={out}", "colour=red"]) == 2
     assert not out.exists()  # nothing written on bad input
+
+
+def test_spec_refuses_duplicate_ids_and_keeps_interpolations_as_text(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSPO_TEST_SECRET", "s3cr3t")
+    base = {"id": "x", "claim": "c", "quote": "${oc.env:PSPO_TEST_SECRET}", "section": "s", "test": "t",
+            "test_short": "t", "verdict": {"rule": "not_testable", "why": "w"}}  # fmt: skip
+    spec = tmp_path / "c.yaml"
+    spec.write_text(yaml.safe_dump({"claims": [{**base, "measure": [{"id": "m", "kind": "accuracy"}] * 2}]}))
+    with pytest.raises(ClaimsError, match=r"measurement id\(s\) \['m'\] used twice"):
+        claims.load_spec(spec)
+    spec.write_text(yaml.safe_dump({"claims": [{**base, "measure": []}]}))
+    out = claims.write(MINI, tmp_path / "o", spec)[0].read_text()
+    assert "s3cr3t" not in out and "${oc.env:PSPO_TEST_SECRET}" in out
+
+
+def test_interaction_by_hand():
+    """(A - B at T = 0.8) - (A - B at T = 0), per seed, from the cells' per-prompt rows."""
+    spec = {"id": "i", "kind": "interaction", "a": {"method": "pspo"}, "b": {"method": "clip"},
+            "temperatures": [0.0, 0.8]}  # fmt: skip
+    m = claims.m_interaction(claims.Records.read(MINI), spec)
+    by_hand = {}
+    for seed in (0, 1, 2):
+        acc = {
+            (meth, t): _cell_true_acc(MINI / f"eval/mini_sft/{meth}/seed{seed}/synthetic/T{t}.json")
+            for meth in ("pspo", "clip") for t in ("0.0", "0.8")
+        }  # fmt: skip
+        by_hand[seed] = (acc["pspo", "0.8"] - acc["clip", "0.8"]) - (acc["pspo", "0.0"] - acc["clip", "0.0"])
+    assert m.seeds == pytest.approx(by_hand)
+    assert m.value == pytest.approx(t_interval(list(by_hand.values())).mean)
+
+
+def test_frontier_by_hand():
+    """Retention at matched gain: two least-squares lines through each method's runs, differenced at the
+    mean gain; the bootstrap interval holds the point value."""
+    import numpy as np
+
+    spec = {"id": "f", "kind": "frontier", "a": {"method": "pspo", "groups": [{}]},
+            "b": {"method": "clip", "groups": [{}]}}  # fmt: skip
+    m = claims.m_frontier(claims.Records.read(MINI), spec)
+    base = _cell_true_acc(MINI / "eval/mini_sft/baseline/seed0/synthetic/T0.0.json")
+    base_h = _cell_true_acc(MINI / "eval/mini_sft/baseline/seed0/synthetic_heldout/T0.0.json")
+    pts = {}
+    for meth in ("pspo", "clip"):
+        pts[meth] = np.array([
+            (_cell_true_acc(MINI / f"eval/mini_sft/{meth}/seed{s}/synthetic/T0.0.json") - base,
+             _cell_true_acc(MINI / f"eval/mini_sft/{meth}/seed{s}/synthetic_heldout/T0.0.json") - base_h)
+            for s in (0, 1, 2)
+        ])  # fmt: skip
+    g = np.concatenate([pts["pspo"][:, 0], pts["clip"][:, 0]]).mean()
+
+    def at(p):
+        k, c = np.polyfit(p[:, 0], p[:, 1], 1)
+        return c + k * g
+
+    assert m.value == pytest.approx(at(pts["pspo"]) - at(pts["clip"]))
+    assert m.extra["gain"] == pytest.approx(g) and 0.0 <= m.extra["p"] <= 1.0
 
 
 def _cell_true_acc(path: Path) -> float:
