@@ -168,7 +168,7 @@ def choose_reference(rows: list[dict[str, Any]], reference: str) -> tuple[str, s
     if given is not None and given["collapsed"] == 0:
         return reference, f"the reference is {reference} (given; none of its seeds collapsed here)"
     why = (
-        f"{reference} has no runs here"
+        f"{reference} has no evaluation cells here"
         if given is None
         else f"{reference} collapsed here ({given['collapsed']} of {given['n_seeds']} seeds)"
     )
@@ -398,7 +398,7 @@ def markdown(regimes: list[Regime], base: float | None, alpha: float) -> str:
         "computed the same update there and share a letter. Accuracies in percent: mean over seeds [95% "
         "Student t interval over seeds]; an interval cut at [0, 100] is marked `§`. Gain and held-out "
         "columns: per-seed differences from the base model, percentage points. Reference: the given "
-        "`reference=` where it has runs and none of its seeds collapsed, otherwise the method with the best "
+        "`reference=` where it has cells and none of its seeds collapsed, otherwise the method with the best "
         "mean greedy true accuracy (each table says which and why). Per prompt vs reference: each prompt's "
         "greedy true accuracy averaged over seeds, mean difference [95% percentile bootstrap over prompts] "
         "and the paired t-test's p-value, Holm-adjusted within the table; vs column: `=` cannot be told apart "

@@ -293,3 +293,19 @@ def test_misspelt_reference_is_refused_naming_the_methods(toy, tmp_path, capsys)
 
 def test_shared_keys_are_the_registrys_reserved_keys():
     assert knobs.SHARED_KEYS == registry.RESERVED_KEYS
+
+
+def test_choose_reference_states_each_case():
+    rows = [{"method": "x", "collapsed": 0, "n_seeds": 3}, {"method": "clip", "collapsed": 1, "n_seeds": 3}]
+    assert leaderboard.choose_reference(rows, "x") == (
+        "x",
+        "the reference is x (given; none of its seeds collapsed here)",
+    )
+    ref, note = leaderboard.choose_reference(rows, "clip")
+    assert (
+        ref == "x"
+        and note.startswith("clip collapsed here (1 of 3 seeds), so the reference is")
+        and "(not the given clip)" in note
+    )
+    ref, note = leaderboard.choose_reference(rows[1:] + rows[:1], "y")  # y: a method of another regime only
+    assert ref == "clip" and note.startswith("y has no evaluation cells here, so")
