@@ -1,4 +1,5 @@
-"""The policy-loss leaderboard: every method under one token budget, with intervals and what separates them.
+"""The policy-loss leaderboard: every method under one token budget, with intervals, and only the order
+the intervals support.
 
 ``python -m pspo_repro.leaderboard results_dir=<root> out_dir=<root> [tag=] [offpolicy_tag=<tag>]
 [reference=clip] [alpha=0.05]``
@@ -8,20 +9,33 @@ conf/leaderboard.yaml) and writes ``leaderboard.md``, ``leaderboard.csv`` and ``
 ``out_dir``. One table per regime: the runs tagged ``tag`` (the learning regime, untagged by default) and,
 when given, those tagged ``offpolicy_tag`` (rollout reuse). Per method, every number from the records:
 
+- rank interval: the 2.5th-97.5th percentile of the method's rank (by mean greedy true accuracy) over
+  10,000 bootstrap resamples of each method's seeds, fixed RNG seed (``ranking.rank_intervals``); there is
+  no single rank number, and rows are listed by mean, which is not a ranking;
+- equivalence class: methods whose per-prompt values are identical on every seed they share, in every
+  evaluation cell of the regime (both datasets, both temperatures, true and reward-style), computed the
+  same update there and form one class (``ranking.equivalence_classes``); a class resamples as one;
 - true and reward-style accuracy on the rewarded task's test split at T = 0 and T = 0.8: mean over seeds
   with a Student t interval over seeds; a proportion's interval is clipped to [0, 100] and marked;
 - the gain over the base model (the ``baseline`` cell), greedy true accuracy, per seed, t interval;
 - preservation: the held-out skill's greedy true accuracy minus the base model's (when its cells exist);
-- against the reference method (GRPO-clip): the per-prompt paired difference in greedy true accuracy
-  (each prompt averaged over seeds), its bootstrap interval and paired t-test, the p-values Holm-adjusted
-  over the methods of the regime; ``=`` marks a method that cannot be told apart from the reference
-  at level ``alpha``, ``>``/``<`` one that is better/worse;
+- against the regime's reference: the per-prompt paired difference in greedy true accuracy (each prompt
+  averaged over seeds), its bootstrap interval and paired t-test, the p-values Holm-adjusted over the
+  methods of the regime; ``=`` marks a method that cannot be told apart from the reference at level
+  ``alpha``, ``>``/``<`` one that is better/worse, ``≡`` one of the reference's own class (not tested).
+  The reference is ``reference=`` where it has cells and none of its seeds collapsed; otherwise the method
+  with the best mean greedy true accuracy there, and the caption says why (``choose_reference``). A
+  ``reference=`` that is no method of the records is refused (exit 2);
 - tokens without gradient (``method/zero_grad_frac``, mean over optimizer steps) and the KL from the
   behaviour policy (``train/behaviour_kl``, mean over the steps that reuse a rollout), from metrics.jsonl;
+- norm-clipped steps: the share of optimizer steps, pooled over seeds, whose pre-clip gradient norm
+  exceeded the run's ``max_grad_norm``, and the mean update norm (``train/update_norm``; "not logged" for
+  runs written before it existed) (``step_norms``);
+- at foreign defaults: whether none of the method's own knobs is swept in the records (``knobs``);
 - collapses: seeds whose final greedy true accuracy is not above the base model's, or whose training
   reward in the last quarter of steps fell below half of the first steps' (``regime.run_stats``).
 
-Methods are sorted by greedy true accuracy. A method added to the registry appears with no edit here.
+A method added to the registry appears with no edit here.
 """
 
 from __future__ import annotations
@@ -30,24 +44,47 @@ import csv
 import json
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from pspo_repro.analysis.claims import ClaimsError, Records
+from pspo_repro.analysis.knobs import Knobs, method_knobs, run_method_configs
+from pspo_repro.analysis.ranking import equivalence_classes, rank_intervals
 from pspo_repro.analysis.regime import folder_stats, mean_finite
 from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
+from pspo_repro.analysis.step_norms import StepNorms, run_step_norms
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import atomic_open
-from pspo_repro.common.cli import parse_key_values, run_writer
+from pspo_repro.common.cli import parse_key_values
 
 DATASET = "synthetic"  # the rewarded task
 HELDOUT = "synthetic_heldout"  # the held-out skill (never rewarded)
 TEMPERATURES = (0.0, 0.8)
 METRICS = ("true_acc", "reward_acc")
-GROUP_TEXT = {"=": "cannot be told apart from", ">": "better than", "<": "worse than", "ref": "reference"}
+SAME = "≡"  # the reference's own equivalence class
+GROUP_TEXT = {"=": "cannot be told apart from", ">": "better than", "<": "worse than", SAME: "same update as",
+              "ref": "reference"}  # fmt: skip
+
+
+class UnknownReference(ValueError):
+    """``reference=`` names no method of the records (a bad argument: exit 2)."""
+
+
+@dataclass
+class Regime:
+    """One regime's table: its rows and what they were measured against."""
+
+    title: str
+    tag: str
+    rows: list[dict[str, Any]]
+    reference: str  # the method the comparisons are against
+    reference_note: str  # why that one (the given reference= or the fallback, and its reason)
+    classes: list[list[str]] = field(default_factory=list)  # equivalence classes of two or more
+    learning_rates: list[str] = field(default_factory=list)
 
 
 def _values(
@@ -77,19 +114,26 @@ def _base(rec: Records, dataset: str) -> float | None:
     return float(cells["value"].iloc[0]) if len(cells) else None
 
 
-def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
-    """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json."""
+def _finished(rec: Records, method: str, tag: str | None = None) -> list[dict[str, Any]]:
+    """The finished runs of ``method`` (of ``tag``; every tag when None), sorted by tag and seed."""
     runs = rec.runs
     if runs.empty:
         return []
-    sel = runs[(runs["method"] == method) & (runs["tag"] == tag) & (runs["status"] == "finished")]
+    sel = runs[(runs["method"] == method) & (runs["status"] == "finished")]
+    if tag is not None:
+        sel = sel[sel["tag"] == tag]
+    return sel.sort_values(["tag", "seed"]).to_dict("records")
+
+
+def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
+    """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json."""
     out = []
-    for r in sel.sort_values("seed").to_dict("records"):
+    for r in _finished(rec, method, tag):
         folder = Path(r["run_dir"])
         info = json.loads((folder / "run.json").read_text())
-        out.append(
-            {"seed": int(r["seed"]), **folder_stats(folder, info), "hyperparameters": _hyperparameters(info)}
-        )
+        out.append({"seed": int(r["seed"]), **folder_stats(folder, info), "norms": run_step_norms(folder, info),
+                    "hyperparameters": _hyperparameters(info),
+                    "learning_rate": info.get("config", {}).get("trainer", {}).get("learning_rate")})  # fmt: skip
     return out
 
 
@@ -100,9 +144,43 @@ def _hyperparameters(info: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(method.items()))
 
 
+def _record(rec: Records, method: str, tag: str) -> dict[int, dict[tuple, tuple]]:
+    """seed -> {(dataset, temperature, metric): per-prompt values}: what two methods must share to be one
+    equivalence class."""
+    out: dict[int, dict[tuple, tuple]] = {}
+    for dataset in (DATASET, HELDOUT):
+        for temp in TEMPERATURES:
+            for metric in METRICS:
+                cells = _values(rec, method, tag, dataset, temp, metric)
+                if not len(cells):
+                    continue
+                for seed, values in zip(cells["seed"].astype(int), prompt_values(cells), strict=True):
+                    out.setdefault(int(seed), {})[(dataset, temp, metric)] = tuple(sorted(values.items()))
+    return out
+
+
+def choose_reference(rows: list[dict[str, Any]], reference: str) -> tuple[str, str]:
+    """The regime's reference and a caption line saying why: ``reference`` where it has cells and none of
+    its seeds collapsed, otherwise the method with the best mean greedy true accuracy (``rows`` sorted
+    by it, best first), naming the reason."""
+    best = rows[0]["method"]
+    given = next((r for r in rows if r["method"] == reference), None)
+    if given is not None and given["collapsed"] == 0:
+        return reference, f"the reference is {reference} (given; none of its seeds collapsed here)"
+    why = (
+        f"{reference} has no evaluation cells here"
+        if given is None
+        else f"{reference} collapsed here ({given['collapsed']} of {given['n_seeds']} seeds)"
+    )
+    return best, (
+        f"{why}, so the reference is the method with the best mean greedy true accuracy here, {best} "
+        f"(not the given {reference})"
+    )
+
+
 def regime_rows(
-    rec: Records, tag: str, reference: str, confidence: float, alpha: float
-) -> list[dict[str, Any]]:
+    rec: Records, tag: str, reference: str, confidence: float, alpha: float, title: str = ""
+) -> Regime:
     """One row per method of the runs tagged ``tag``: the leaderboard's numbers (module docstring)."""
     from statsmodels.stats.multitest import multipletests
 
@@ -114,16 +192,16 @@ def regime_rows(
     if not methods:
         raise ValueError(f"no evaluation cells of runs tagged {tag!r} on {DATASET} under {rec.root / 'eval'}")
     base, base_held = _base(rec, DATASET), _base(rec, HELDOUT)
-    ref_cells = _values(rec, reference, tag, DATASET, 0.0, "true_acc")
-    rows = []
+    rows, greedy_cells, lrs = [], {}, set()
     for method in methods:
         row: dict[str, Any] = {"tag": tag, "method": method}
         for metric in METRICS:
             for temp in TEMPERATURES:
                 seeds = _per_seed(_values(rec, method, tag, DATASET, temp, metric))
                 row[f"{metric}_T{temp:g}"] = _interval(list(seeds.values()), confidence)
-        greedy_cells = _values(rec, method, tag, DATASET, 0.0, "true_acc")  # the gain, collapses, the test
-        greedy = _per_seed(greedy_cells)
+        greedy_cells[method] = _values(rec, method, tag, DATASET, 0.0, "true_acc")
+        greedy = _per_seed(greedy_cells[method])
+        row["greedy"] = greedy
         row["n_seeds"] = len(greedy)
         row["gain"] = _interval([v - base for v in greedy.values()], confidence) if base is not None else None
         held = _per_seed(_values(rec, method, tag, HELDOUT, 0.0, "true_acc"))
@@ -133,16 +211,36 @@ def regime_rows(
         runs = _run_rows(rec, method, tag)
         row["zero_grad"] = mean_finite([r["zero_grad"] for r in runs])
         row["behaviour_kl"] = mean_finite([r["behaviour_kl"] for r in runs])
+        row["norms"] = sum((r["norms"] for r in runs), StepNorms())
+        lrs |= {f"{r['learning_rate']:g}" for r in runs if isinstance(r["learning_rate"], int | float)}
         fell = {r["seed"] for r in runs if r["reward_fell"]}
         lost = {s for s, v in greedy.items() if base is not None and v <= base}
         row["collapsed"] = len(fell | lost)
         row["hyperparameters"] = runs[0]["hyperparameters"] if runs else ""
-        row["paired"] = None
-        if method != reference and len(ref_cells) and greedy:
-            row["paired"] = paired_comparison(
-                prompt_values(greedy_cells), prompt_values(ref_cells), confidence
-            )
+        row["knobs"] = method_knobs(
+            method, run_method_configs([r["run_dir"] for r in _finished(rec, method)])
+        )
         rows.append(row)
+    rows.sort(key=lambda r: (-_mean_of(r["true_acc_T0"]), r["method"]))
+
+    classes = [c for c in equivalence_classes({m: _record(rec, m, tag) for m in methods}) if len(c) > 1]
+    labels = {m: class_label(i) for i, c in enumerate(classes) for m in c}
+    ranked = {r["method"]: list(r["greedy"].values()) for r in rows if r["greedy"]}
+    intervals = rank_intervals(ranked, labels, confidence)
+    ref, note = choose_reference(rows, reference)
+    ref_class = labels.get(ref)
+    for r in rows:
+        r["class"] = labels.get(r["method"], "")
+        r["rank"] = intervals.get(r["method"])
+        r["paired"] = None
+        if r["method"] == ref:
+            r["group"] = "ref"
+        elif ref_class is not None and r["class"] == ref_class:
+            r["group"] = SAME  # the same computation as the reference: nothing to test
+        elif r["greedy"] and len(greedy_cells[ref]):
+            r["paired"] = paired_comparison(
+                prompt_values(greedy_cells[r["method"]]), prompt_values(greedy_cells[ref]), confidence
+            )
     tested = [r for r in rows if r["paired"] is not None and not math.isnan(r["paired"].p_value)]
     if tested:
         adjusted = multipletests([r["paired"].p_value for r in tested], alpha=alpha, method="holm")[1]
@@ -151,11 +249,8 @@ def regime_rows(
             r["group"] = "=" if p >= alpha else (">" if r["paired"].diff > 0 else "<")
     for r in rows:
         r.setdefault("p_holm", math.nan)
-        r.setdefault("group", "ref" if r["method"] == reference else "")
-    rows.sort(key=lambda r: (-_mean_of(r["true_acc_T0"]), r["method"]))
-    for rank, r in enumerate(rows, 1):
-        r["rank"] = rank
-    return rows
+        r.setdefault("group", "")
+    return Regime(title, tag, rows, ref, note, classes, sorted(lrs))
 
 
 def _mean_of(iv: Interval | None) -> float:
@@ -183,91 +278,179 @@ def _num(x: float, pct: bool = False, digits: int = 4) -> str:
     return f"{100 * x:.2f}" if pct else f"{x:.{digits}f}"
 
 
+def _rank(r: dict[str, Any]) -> str:
+    if r["rank"] is None:
+        return "-"
+    low, high = r["rank"]
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 def _versus(r: dict[str, Any]) -> str:
+    if r["group"] == SAME:
+        return "identical (same class)"
     p = r["paired"]
     if p is None:
         return "-"
     return f"{100 * p.diff:+.1f} [{100 * p.low:+.1f}, {100 * p.high:+.1f}], p = {r['p_holm']:.2g}"
 
 
-def regime_markdown(
-    rows: list[dict[str, Any]], title: str, reference: str, base: float | None, alpha: float
-) -> str:
+def norm_clip_text(n: StepNorms) -> str:
+    """The norm-clipped share in percent, naming the steps it could not judge."""
+    if n.steps == 0:
+        return "-"
+    if n.clipping_off == n.steps:
+        return "off"
+    out = "-" if math.isnan(n.clipped_share) else f"{100 * n.clipped_share:.1f}"
+    notes = [f"{n.no_norm} steps no norm"] * bool(n.no_norm) + [f"{n.clipping_off} steps off"] * bool(
+        n.clipping_off
+    )
+    return out + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def update_norm_text(n: StepNorms) -> str:
+    """The mean update norm, or "not logged" (never 0) when no step logged it."""
+    if n.update_steps == 0:
+        return "not logged"
+    text = f"{n.update_norm:.4g}"
+    return text if n.update_steps == n.steps else f"{text} ({n.update_steps}/{n.steps} steps)"
+
+
+def foreign_text(k: Knobs) -> str:
+    """``yes (eps_low, eps_high)``: at foreign defaults, and its knobs; ``no (swept: ...)``; ``no own knob``."""
+    if k.at_foreign_defaults is None:
+        return "no own knob"
+    if k.at_foreign_defaults:
+        return f"yes ({', '.join(k.values)})"
+    return f"no (swept: {', '.join(k.swept)})"
+
+
+def regime_markdown(reg: Regime, base: float | None, alpha: float) -> str:
     """One regime's table under its caption (percent; intervals over seeds)."""
+    rows, ref = reg.rows, reg.reference
     n = {r["n_seeds"] for r in rows}
     seeds = "/".join(str(s) for s in sorted(n))
-    same = [r["method"] for r in rows if r["group"] == "="]
-    better = [r["method"] for r in rows if r["group"] == ">"]
-    worse = [r["method"] for r in rows if r["group"] == "<"]
+    counted = {g: [r["method"] for r in rows if r["group"] == g] for g in ("=", ">", "<", SAME)}
     base_text = "-" if base is None else f"{100 * base:.1f}"
+    top = [r["method"] for r in rows if r["rank"] is not None and r["rank"][0] == 1]
+    classes = "; ".join(f"{class_label(i)} = {{{', '.join(c)}}}" for i, c in enumerate(reg.classes)) or "none"
+    lr = ", ".join(reg.learning_rates) or "-"
+    lr_text = (
+        f"learning rate {lr} for every method (one value in these records: not swept)"
+        if len(reg.learning_rates) == 1
+        else f"learning rates {lr}"
+    )
+    n_tests = sum(1 for r in rows if r["paired"] is not None)
     lines = [
-        f"### {title}",
+        f"### {reg.title}",
         "",
-        f"{len(rows)} methods, {seeds} seeds each; base model (SFT) greedy true accuracy {base_text}%. "
-        f"Against {reference} on the same prompts (greedy true accuracy, Holm-adjusted over {len(rows) - 1} "
-        f"comparisons, level {alpha:g}): {len(same)} cannot be told apart, {len(better)} better"
-        + (f" ({', '.join(better)})" if better else "")
-        + f", {len(worse)} worse"
-        + (f" ({', '.join(worse)})" if worse else "")
+        f"{len(rows)} methods, {seeds} seeds each; base model (SFT) greedy true accuracy {base_text}%; "
+        f"{lr_text}.",
+        "",
+        f"- Reference: {reg.reference_note}.",
+        f"- Against {ref} on the same prompts (greedy true accuracy, Holm-adjusted over {n_tests} comparison{'s' * (n_tests != 1)}, "
+        f"level {alpha:g}): {len(counted['='])} cannot be told apart, {len(counted['>'])} better"
+        + (f" ({', '.join(counted['>'])})" if counted[">"] else "")
+        + f", {len(counted['<'])} worse"
+        + (f" ({', '.join(counted['<'])})" if counted["<"] else "")
+        + (f"; {len(counted[SAME])} of its own class ({', '.join(counted[SAME])})" if counted[SAME] else "")
+        + ".",
+        f"- Equivalence classes (identical per-prompt values on every shared seed, in every cell): {classes}.",
+        f"- Rank interval reaching 1 (cannot be told from the top): {len(top)} of {len(rows)} methods"
+        + (f" ({', '.join(top)})" if len(top) < len(rows) else "")
         + ".",
         "",
-        "| # | Method | vs " + reference + " | True acc. T=0 | True acc. T=0.8 | Reward-style T=0 | "
+        "| Rank [95%] | Method | Class | vs "
+        + ref
+        + " | True acc. T=0 | True acc. T=0.8 | Reward-style T=0 | "
         "Reward-style T=0.8 | Gain over base (true, T=0) | Held-out minus base | Per prompt vs "
-        + reference
-        + " (pp), Holm p | Zero-grad tokens % | KL(old\\|\\|new) | Collapsed |",
-        "|---:|:---|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        + ref
+        + " (pp), Holm p | Zero-grad tokens % | KL(old\\|\\|new) | Norm-clipped steps % | Update norm | "
+        "At foreign defaults | Collapsed |",
+        "|:---:|:---|:---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['rank']} | {r['method']} | {r['group']} | {_pct(r['true_acc_T0'])} | {_pct(r['true_acc_T0.8'])} | "
-            f"{_pct(r['reward_acc_T0'])} | {_pct(r['reward_acc_T0.8'])} | {_pct(r['gain'], True)} | "
-            f"{_pct(r['preservation'], True)} | {_versus(r)} | {_num(r['zero_grad'], pct=True)} | "
-            f"{_num(r['behaviour_kl'])} | {r['collapsed']}/{r['n_seeds']} |"
+            f"| {_rank(r)} | {r['method']} | {r['class'] or '-'} | {r['group'] or '-'} | {_pct(r['true_acc_T0'])} | "
+            f"{_pct(r['true_acc_T0.8'])} | {_pct(r['reward_acc_T0'])} | {_pct(r['reward_acc_T0.8'])} | "
+            f"{_pct(r['gain'], True)} | {_pct(r['preservation'], True)} | {_versus(r)} | "
+            f"{_num(r['zero_grad'], pct=True)} | {_num(r['behaviour_kl'])} | {norm_clip_text(r['norms'])} | "
+            f"{update_norm_text(r['norms'])} | {foreign_text(r['knobs'])} | {r['collapsed']}/{r['n_seeds']} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def markdown(
-    regimes: list[tuple[str, list[dict[str, Any]]]], reference: str, base: float | None, alpha: float
-) -> str:
+def class_label(i: int) -> str:
+    """The label of a regime's ``i``-th equivalence class: A, B, ..., Z, then C27, C28, ..."""
+    return chr(ord("A") + i) if i < 26 else f"C{i + 1}"
+
+
+def markdown(regimes: list[Regime], base: float | None, alpha: float) -> str:
     """The whole leaderboard: a caption, one table per regime, the hyperparameters each method ran with."""
     head = (
         "## Policy-loss leaderboard\n\n"
         "Every registered method under the same token budget on the mini's task and SFT base "
-        "(pspo_repro/analysis/leaderboard.py; docs/leaderboard.md). Accuracies in percent: mean over seeds "
-        "[95% Student t interval over seeds]; an interval cut at [0, 100] is marked `§`. Gain and held-out "
-        "columns: per-seed differences from the base model, percentage points. Per prompt vs "
-        f"{reference}: each prompt's greedy true accuracy averaged over seeds, mean difference [95% percentile "
-        "bootstrap over prompts] and the paired t-test's p-value, Holm-adjusted within the table; vs column: "
-        f"`=` cannot be told apart from {reference} at level {alpha:g}, `>` better, `<` worse. Zero-grad tokens: "
-        "share of completion tokens whose gradient the method zeroes, mean over optimizer steps; KL: "
-        "KL(pi_old || pi_theta) per token over the steps that reuse a rollout (`-`: none does). Collapsed: "
-        "seeds whose final greedy true accuracy is not above the base's, or whose training reward fell below "
-        "half of its start.\n"
+        "(pspo_repro/analysis/leaderboard.py; docs/leaderboard.md). Rows are listed by mean greedy true "
+        "accuracy, which is not a ranking. Rank [95%]: the 2.5th-97.5th percentile of the method's rank by mean "
+        "greedy true accuracy over 10,000 bootstrap resamples of each method's seeds (fixed RNG seed; tied means "
+        "share the better rank; an equivalence class resamples as one); methods whose intervals overlap are "
+        "not ordered by this table. Class: methods with identical per-prompt values on every shared seed in "
+        "every evaluation cell of the regime (both datasets, both temperatures, true and reward-style) "
+        "computed the same update there and share a letter. Accuracies in percent: mean over seeds [95% "
+        "Student t interval over seeds]; an interval cut at [0, 100] is marked `§`. Gain and held-out "
+        "columns: per-seed differences from the base model, percentage points. Reference: the given "
+        "`reference=` where it has cells and none of its seeds collapsed, otherwise the method with the best "
+        "mean greedy true accuracy (each table says which and why). Per prompt vs reference: each prompt's "
+        "greedy true accuracy averaged over seeds, mean difference [95% percentile bootstrap over prompts] "
+        "and the paired t-test's p-value, Holm-adjusted within the table; vs column: `=` cannot be told apart "
+        f"from the reference at level {alpha:g}, `>` better, `<` worse, `{SAME}` its own class (not tested). "
+        "Zero-grad tokens: share of completion tokens whose gradient the method zeroes, mean over optimizer "
+        "steps; KL: KL(pi_old || pi_theta) per token over the steps that reuse a rollout (`-`: none does). "
+        "Norm-clipped steps: share of optimizer steps (pooled over seeds) whose pre-clip gradient norm "
+        "(`train/grad_norm`) exceeded the run's `max_grad_norm` (steps without a finite norm are left out and "
+        "counted). Update norm: mean `train/update_norm` per step (`not logged`: the runs predate it). At "
+        "foreign defaults: `yes` when none of the method's own knobs (listed) shows a sweep in these records, "
+        "so it ran at values set for other models and scales (sources in the last table). Collapsed: seeds "
+        "whose final greedy true accuracy is not above the base's, or whose training reward fell below half "
+        "of its start.\n"
     )
     parts = [head]
-    for title, rows in regimes:
-        parts.append(regime_markdown(rows, title, reference, base, alpha))
-    params = {}
-    for _, rows in regimes:
-        for r in rows:
+    for reg in regimes:
+        parts.append(regime_markdown(reg, base, alpha))
+    params: dict[str, str] = {}
+    knobs: dict[str, Knobs] = {}
+    for reg in regimes:
+        for r in reg.rows:
             params.setdefault(r["method"], r["hyperparameters"])
+            knobs.setdefault(r["method"], r["knobs"])
+
+    def sources(k: Knobs) -> str:
+        return "; ".join(f"{key}: {k.source[key]}" for key in k.values).replace("|", "\\|") or "-"
+
+    def swept(k: Knobs) -> str:
+        return ", ".join(f"{key} {'/'.join(k.values[key])}" for key in k.swept) or "none"
+
     parts.append(
-        "### Hyperparameters (conf/method/<name>.yaml; each value's source is commented there)\n\n"
-        "| Method | Settings (learning regime) |\n|:---|:---|\n"
-        + "\n".join(f"| {m} | {params[m] or '-'} |" for m in sorted(params))
+        "### Hyperparameters (run.json's config.method; sources from conf/method/<name>.yaml's comments)\n\n"
+        "| Method | Settings (learning regime) | Knobs swept in these records | Where each knob's value comes "
+        "from |\n|:---|:---|:---|:---|\n"
+        + "\n".join(
+            f"| {m} | {params[m] or '-'} | {swept(knobs[m])} | {sources(knobs[m])} |" for m in sorted(params)
+        )
         + "\n"
     )
     return "\n".join(parts)
 
 
-def csv_rows(regimes: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+def csv_rows(regimes: list[Regime]) -> list[dict[str, Any]]:
     """Flat rows (fractions, not percent) for leaderboard.csv."""
     out = []
-    for title, rows in regimes:
-        for r in rows:
-            rec: dict[str, Any] = {"regime": title, "tag": r["tag"], "rank": r["rank"], "method": r["method"],
-                                   "n_seeds": r["n_seeds"], "group_vs_reference": r["group"]}  # fmt: skip
+    for reg in regimes:
+        for r in reg.rows:
+            low, high = r["rank"] if r["rank"] is not None else (math.nan, math.nan)
+            rec: dict[str, Any] = {"regime": reg.title, "tag": r["tag"], "rank_low": low, "rank_high": high,
+                                   "method": r["method"], "equivalence_class": r["class"],
+                                   "n_seeds": r["n_seeds"], "reference": reg.reference,
+                                   "group_vs_reference": r["group"]}  # fmt: skip
             for key in (
                 "true_acc_T0",
                 "true_acc_T0.8",
@@ -286,26 +469,42 @@ def csv_rows(regimes: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, 
             rec["prompt_diff_high"] = p.high if p else math.nan
             rec["p_value"] = p.p_value if p else math.nan
             rec["p_holm"] = r["p_holm"]
-            for key in ("zero_grad", "behaviour_kl", "collapsed", "hyperparameters"):
+            for key in ("zero_grad", "behaviour_kl"):
                 rec[key] = r[key]
+            n: StepNorms = r["norms"]
+            rec["optimizer_steps"] = n.steps
+            rec["grad_norm_clipped_share"] = n.clipped_share
+            rec["grad_norm_missing_steps"] = n.no_norm
+            rec["grad_clipping_off_steps"] = n.clipping_off
+            rec["update_norm"] = n.update_norm
+            rec["update_norm_steps"] = n.update_steps
+            k: Knobs = r["knobs"]
+            rec["at_foreign_defaults"] = {None: "no own knob", True: "yes", False: "no"}[
+                k.at_foreign_defaults
+            ]
+            rec["knobs"] = " ".join(k.values)
+            rec["collapsed"] = r["collapsed"]
+            rec["hyperparameters"] = r["hyperparameters"]
             out.append(rec)
     return out
 
 
-COLORS = {"ref": "tab:blue", "=": "tab:gray", ">": "tab:green", "<": "tab:red", "": "black"}
+COLORS = {"ref": "tab:blue", SAME: "tab:cyan", "=": "tab:gray", ">": "tab:green", "<": "tab:red", "": "black"}
 
 
-def figure(regimes: list[tuple[str, list[dict[str, Any]]]], base: float | None, reference: str):
-    """Greedy true accuracy per method with its interval, one panel per regime, coloured by the test."""
+def figure(regimes: list[Regime], base: float | None):
+    """Greedy true accuracy per method with its interval, one panel per regime, coloured by the test
+    against the panel's reference; each label carries the rank interval and the class."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = max(len(rows) for _, rows in regimes)
-    fig, axes = plt.subplots(1, len(regimes), figsize=(5.2 * len(regimes), 0.28 * n + 1.6), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], regimes, strict=True):
-        for y, r in enumerate(reversed(rows)):
+    n = max(len(reg.rows) for reg in regimes)
+    fig, axes = plt.subplots(1, len(regimes), figsize=(5.6 * len(regimes), 0.28 * n + 2.1), squeeze=False)
+    for ax, reg in zip(axes[0], regimes, strict=True):
+        rows = list(reversed(reg.rows))
+        for y, r in enumerate(rows):
             iv = r["true_acc_T0"]
             if iv is None:
                 continue
@@ -313,15 +512,16 @@ def figure(regimes: list[tuple[str, list[dict[str, Any]]]], base: float | None, 
             high = min(iv.high, 1.0) if iv.has_interval else iv.mean
             ax.errorbar(100 * iv.mean, y, xerr=[[100 * (iv.mean - low)], [100 * (high - iv.mean)]], fmt="o",
                         color=COLORS.get(r["group"], "black"), ms=4, capsize=2)  # fmt: skip
-        ax.set_yticks(range(len(rows)), [r["method"] for r in reversed(rows)], fontsize=8)
+        labels = [f"{r['method']} [{_rank(r)}]" + (f" {r['class']}" if r["class"] else "") for r in rows]
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
         if base is not None:
             ax.axvline(100 * base, color="k", ls=":", lw=1, label="base (SFT)")
         ax.set_xlabel("greedy true accuracy (%), 95% t interval over seeds")
-        ax.set_title(title, fontsize=9)
-    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=f"{GROUP_TEXT[g]} {reference}" if g != "ref" else reference)
+        ax.set_title(f"{reg.title}\nreference: {reg.reference}; [rank interval], class letter", fontsize=8)
+    handles = [plt.Line2D([], [], color=c, marker="o", ls="", label=f"{GROUP_TEXT[g]} the reference" if g != "ref" else "reference")
                for g, c in COLORS.items() if g]  # fmt: skip
-    axes[0][-1].legend(handles=handles, fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.legend(handles=handles, fontsize=7, loc="lower center", ncol=len(handles))  # below, clear of the rows
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 
@@ -329,20 +529,27 @@ def write(
     results_dir: Path, out_dir: Path, tag: str = "", offpolicy_tag: str | None = None,
     reference: str = "clip", alpha: float = 0.05,
 ) -> list[Path]:  # fmt: skip
-    """Compute the leaderboard from ``results_dir``; write leaderboard.md/.csv/.png into ``out_dir``."""
+    """Compute the leaderboard from ``results_dir``; write leaderboard.md/.csv/.png into ``out_dir``.
+
+    Raises UnknownReference when ``reference`` is no method of the records' evaluation cells."""
     rec = Records.read(results_dir)
+    if not rec.evals.empty:
+        present = sorted(set(rec.evals["method"]) - {"baseline"})
+        if reference not in present:
+            raise UnknownReference(f"reference={reference!r} is no method of the records; the methods are: "
+                                   f"{', '.join(present)}")  # fmt: skip
     regimes = [
-        ("Learning regime" + (f" (tag {tag})" if tag else ""), regime_rows(rec, tag, reference, 0.95, alpha))
+        regime_rows(rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {tag})" if tag else ""))
     ]
     if offpolicy_tag:
         title = f"Stale mini-batches (tag {offpolicy_tag})"
-        regimes.append((title, regime_rows(rec, offpolicy_tag, reference, 0.95, alpha)))
+        regimes.append(regime_rows(rec, offpolicy_tag, reference, 0.95, alpha, title))
     base = _base(rec, DATASET)
-    md = markdown(regimes, reference, base, alpha)  # everything computed before anything is written
+    md = markdown(regimes, base, alpha)  # everything computed before anything is written
     rows = csv_rows(regimes)
     from pspo_repro.analysis.plots import render
 
-    png = render(figure(regimes, base, reference))["png"]
+    png = render(figure(regimes, base))["png"]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.png"]
     with atomic_open(paths[0], "w", encoding="utf-8") as fh:
@@ -361,7 +568,8 @@ KEYS = ("results_dir", "out_dir", "tag", "offpolicy_tag", "reference", "alpha")
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pspo_repro.leaderboard results_dir=... out_dir=... [tag=] [offpolicy_tag=] [reference=clip]
-    [alpha=0.05]``; returns the exit code."""
+    [alpha=0.05]``; returns the exit code: 2 for a bad argument (a misspelt reference included), 1 for bad or
+    missing records, each one ``error:`` line."""
     args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
     if isinstance(args, str):
         print(f"error: {args}", file=sys.stderr)
@@ -373,5 +581,15 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < alpha < 1:
         print(f"error: alpha={args.get('alpha')!r} must be a number in (0, 1)", file=sys.stderr)
         return 2
-    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
+    try:
+        paths = write(Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
                       args.get("offpolicy_tag") or None, args.get("reference") or "clip", alpha)  # fmt: skip
+    except UnknownReference as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError) as exc:  # bad or missing records, as common.cli.run_writer
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
