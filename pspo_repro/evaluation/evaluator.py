@@ -344,6 +344,14 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     for t in temps:
         if t < 0:
             raise EvalError(f"temperature must be >= 0, got {t}")
+    for t in temps:
+        # Cells are filed as T{t:.1f}.json and read back by that name: 0.25 would land in T0.2.json and
+        # pass for a T = 0.2 cell, so a temperature the name cannot hold exactly is refused.
+        if float(f"{t:.1f}") != t:
+            raise EvalError(
+                f"temperature {t:g} cannot be filed exactly (cells are named T{{t:.1f}}.json, it would be "
+                f"T{t:.1f}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
+            )
     labels = [f"{t:.1f}" for t in temps]
     if len(set(labels)) != len(labels):
         raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")

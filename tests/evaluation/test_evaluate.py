@@ -117,6 +117,12 @@ def _write_run(root: Path, best="checkpoint-10", tokenizer_dir=None) -> Path:
     [
         (["model=tiny", "eval.datasets=[nope]"], r"unknown dataset 'nope'; allowed: .*gsm8k"),
         (["model=tiny", "temperatures=[0.0,-0.2]"], r"temperature must be >= 0, got -0.2"),
+        (
+            ["model=tiny", "temperatures=[0.0,0.25]"],
+            r"^temperature 0.25 cannot be filed exactly \(cells are named T\{t:.1f\}.json, it would be "
+            r"T0.2.json\); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8$",
+        ),
+        (["model=tiny", "temperatures=[0.05]"], r"^temperature 0.05 cannot be filed exactly .*T0.1.json"),
         (["run=/does/not/exist"], r"run folder not found: /does/not/exist"),
         ([], r"nothing to evaluate"),
         (["model=/no/such/model"], r"model path not found"),
@@ -156,6 +162,7 @@ def test_malformed_data_row_names_file_and_line(results_root, tmp_path, monkeypa
     "args, match",
     [
         (["model=tiny", "temperatures=[-0.5]"], "temperature must be >= 0"),
+        (["model=tiny", "temperatures=[0.25]"], "temperature 0.25 cannot be filed exactly"),
         (["model=tiny", "eval=nope"], "unknown eval config 'nope'"),
     ],
 )
