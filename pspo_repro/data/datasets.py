@@ -21,7 +21,7 @@ import numpy as np
 
 from pspo_repro.common.paths import data_dir
 from pspo_repro.data import synthetic
-from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, numeric_gold
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, list_items, numeric_gold
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,25 @@ _ASDIV_SIGNED = re.compile(r"^\s*([-+])\s*\(\s*(\d+(?:\.\d+)?(?:/\d+)?)\s*\)\s*$
 _ASDIV_UNIT = re.compile(r"\s*\([^()\d]*\)\s*$")
 
 
+# A MATH gold that is a list of answers ("Enter all the solutions, separated by commas": ``70,110``, ``-4, 4``)
+# is graded as a list (``answer_kind`` "list": the same answers in any order), never as one number. The one
+# ambiguous writing, digits grouped in threes after a comma (``70,110``, ``58,500``), is a list only where
+# the problem asks for several answers separated by commas; an ordered pair or triple written without
+# brackets stays one LaTeX answer (math-verify, order kept).
+_THOUSANDS_GOLD = re.compile(r"^-?(?:\\\$)?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_ASKS_FOR_LIST = re.compile(r"separated by commas?|comma-separated|\bcomma\b", re.I)
+_ORDERED = re.compile(r"\bordered\b", re.I)
+
+
+def math_answer_kind(question: str, answer: str) -> str:
+    """``list`` for a MATH gold that holds several answers (``list_items``), else ``latex``."""
+    if len(list_items(answer)) < 2 or _ORDERED.search(question):
+        return "latex"
+    if _THOUSANDS_GOLD.match(answer.strip()) and not _ASKS_FOR_LIST.search(question):
+        return "latex"  # 58,500: one number written with a thousands separator
+    return "list"
+
+
 # ---------------------------------------------------------------- row converters
 
 
@@ -119,7 +138,8 @@ def _math_row(prefix: str, skip_unanswered: bool = False) -> RowFn:
                 )
         # unique_id is null on a few MATH train rows: the line number is the fallback id.
         uid = row.get("unique_id") or f"line{line}"
-        return Problem(f"{prefix}/{uid}", problem, str(answer).strip(), "latex", solution)
+        answer = str(answer).strip()
+        return Problem(f"{prefix}/{uid}", problem, answer, math_answer_kind(problem, answer), solution)
 
     return row_fn
 

@@ -51,6 +51,18 @@ SCHEMA_VERSION = 1
 # version does not match (the header differs), so no cell mixes two graders. 3: a number inside a larger
 # expression (an exponent, a root, a fraction) is no answer; the authors' reward matches with `regex`.
 GRADER_VERSION = 3
+# 4: a list gold (``answer_kind`` "list", MATH's "70,110") is graded as a list, no longer as one number. Only a
+# cell holding such a row grades differently from 3, so only it carries 4: every other cell, committed ones
+# included, stays valid.
+LIST_GRADER_VERSION = 4
+
+
+def grader_version(problems: list[Problem]) -> int:
+    """The grading version a cell over ``problems`` is graded with (``GRADER_VERSION``, or
+    ``LIST_GRADER_VERSION`` when a row's gold is a list)."""
+    return LIST_GRADER_VERSION if any(p.answer_kind == "list" for p in problems) else GRADER_VERSION
+
+
 PASS_KS = metrics.PASS_KS
 # chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
 CHUNK_SIZE = {"hf": 32, "vllm": 512}
@@ -599,7 +611,7 @@ def _header(
     """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
     return {
         "schema_version": SCHEMA_VERSION,
-        "grader": GRADER_VERSION,
+        "grader": grader_version(problems),
         "model": target.model,
         "method": target.method,
         "seed": target.seed,
