@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-AnswerKind = Literal["numeric", "latex", "text", "list"]
+AnswerKind = Literal["numeric", "latex", "text", "list", "choice"]
 
 # "19 \text{ and }43", "6, 8\text{, and }10": a joining word between two answers separates them as a comma does.
 _TEXT_AND_RE = re.compile(r"\\text\{\s*,?\s*and\s*\}|\\text\{\s*,\s*\}")
@@ -111,3 +111,6 @@ class DatasetSpec:
     generated: bool = False
     # A fixed validation split (load_train_val): validation rows come from it, never from ``train``.
     val_split: str | None = None
+    # split -> the hub's split holding its rows, where the names differ (BoolQ's labelled evaluation rows are
+    # the hub's "validation"); a hub id given as a source (``load_problems(source=...)``) reads the same split.
+    hub_splits: dict[str, str] = field(default_factory=dict)

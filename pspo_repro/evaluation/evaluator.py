@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,11 +397,32 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
         )
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
+    sources_of(cfg)
     if not isinstance(cfg.get("allow_foreign_checkpoint", False), bool):
         raise EvalError(
             f"allow_foreign_checkpoint must be true or false, got {cfg.allow_foreign_checkpoint!r}"
         )
     return datasets, temps
+
+
+def sources_of(cfg: Any) -> dict[str, str]:
+    """``eval.sources``: {dataset: a local .jsonl/.parquet file or a hub id ``owner/name[:config]``} for the
+    datasets read from somewhere other than their default (PSPO_DATA_DIR, else the hub); null entries are
+    the default. A key that is no dataset of the sweep, or a value that is not a string, is an EvalError."""
+    raw = cfg.eval.get("sources") or {}
+    if not isinstance(raw, Mapping):
+        raise EvalError(f"eval.sources must be a mapping of dataset name to a file or hub id, got {raw!r}")
+    datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
+    out = {}
+    for name, value in raw.items():
+        if name not in datasets:
+            raise EvalError(f"eval.sources.{name}: {name!r} is not in eval.datasets ({', '.join(datasets)})")
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise EvalError(f"eval.sources.{name} must be a local file or a hub id, got {value!r}")
+        out[str(name)] = value.strip()
+    return out
 
 
 def top_k_of(cfg: Any) -> int | None:
@@ -630,6 +651,8 @@ def _header(
         "sampling_seed": int(cfg.sampling_seed),
         "prompt_template": str(cfg.prompt_template),
         "backend": backend,
+        # Only a cell read from a named source records it (cells of the default sources keep their keys).
+        **({"source": sources_of(cfg)[dataset]} if dataset in sources_of(cfg) else {}),
     }
 
 
@@ -661,7 +684,11 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
         backend_name = resolve_backend_name(str(cfg.backend))
     except ValueError as exc:
         raise EvalError(str(exc)) from None
-    problems_by_ds = {name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit) for name in datasets}
+    sources = sources_of(cfg)
+    problems_by_ds = {
+        name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit, sources.get(name))
+        for name in datasets
+    }
 
     cells: list[Cell] = []
     for name, problems in problems_by_ds.items():

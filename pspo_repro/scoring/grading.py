@@ -15,7 +15,9 @@ Gold kinds: ``numeric`` (compared as numbers only, never through math-verify), `
 when both sides are numbers, else math-verify) and ``text`` (ASDiv's word and time answers such as "Yes",
 "3:30 p.m.", "6th": a normalised string comparison) and ``list`` (a MATH gold of several answers, ``70,110``:
 the response's answers split at commas, each matched as ``latex``, in any order, so ``110, 70`` is right and
-``70110`` is not). The grading of one response has a total time bound
+``70110`` is not) and ``choice`` (the knowledge sets: a choice's letter, MMLU's ``B``, or BoolQ's ``yes``/``no``,
+read from the start of the final-answer span, else of the response). The grading of one response has a total
+time bound
 (``GRADE_BUDGET_S``) however many spans it holds.
 """
 
@@ -476,6 +478,8 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
         return _text_equivalent(pred, gold)
     if kind == "list":
         return _list_equivalent(pred, gold, deadline)
+    if kind == "choice":
+        return choice_label(pred) == _choice_gold(gold)
     g = _gold_number(gold, kind)
     if g is not None:  # a numeric gold is compared numerically only, whatever its kind
         p = _leading_number(pred) if kind == "numeric" else parse_number(pred)
@@ -483,7 +487,47 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
     return _latex_equivalent(pred.strip(), gold.strip(), deadline)
 
 
-KINDS = ("numeric", "latex", "text", "list")
+KINDS = ("numeric", "latex", "text", "list", "choice")
+
+# A choice's label at the start of an answer span: "B", "(B)", "B.", "B) Paris", "**B**", "Option B", "\\text{(B)}".
+# A letter must stand alone (end of line, or closed by punctuation): "A city ..." and "I think ..." are words,
+# and a lower-case letter is never a label.
+_SPAN_LEAD = r"^(?:[\s(\[{*\"'$:]|\\text(?:bf)?\{|\\boxed\{|\\mathrm\{)*"
+_LETTER_RE = re.compile(
+    _SPAN_LEAD + r"(?:(?i:option|choice)\s*\(?([A-J])(?![A-Za-z0-9])|([A-J])(?=[.):,*}\]$]|[ \t]*(?:\n|$)))"
+)
+_YES_NO_RE = re.compile(_SPAN_LEAD + r"(yes|no|true|false)(?![A-Za-z0-9])", re.I)
+
+
+def choice_label(span: str | None) -> str | None:
+    """The choice a span answers with: a letter ``A``-``J``, or ``yes``/``no`` (``true``/``false`` read as
+    those), from the span's start; None when it starts with neither."""
+    if not span:
+        return None
+    m = _LETTER_RE.match(span)
+    if m:
+        return m.group(1) or m.group(2)
+    m = _YES_NO_RE.match(span)
+    if m:
+        return {"true": "yes", "false": "no"}.get(m.group(1).lower(), m.group(1).lower())
+    return None
+
+
+def _choice_gold(gold: str) -> str:
+    g = gold.strip()
+    if len(g) == 1 and g in "ABCDEFGHIJ":
+        return g
+    if g.lower() in ("yes", "no"):
+        return g.lower()
+    raise ValueError(f"choice gold answer must be a letter A-J, yes or no: {gold!r}")
+
+
+def _choice_final(response: str) -> str | None:
+    """A choice response's final answer: after the last ``####``, else the last ``\\boxed{}``, else what
+    follows the last "the answer is", else the response itself (its start is read: "B) Paris", "Yes, ...")."""
+    return _after_last_hashes(response) or last_boxed(response) or _answer_phrase(response) or response
+
+
 # A list answer longer than this is no answer to these benchmarks (each pair of items may cost a math-verify call).
 MAX_LIST_ITEMS = 16
 
@@ -503,8 +547,10 @@ def _list_equivalent(pred: str, gold: str, deadline: Deadline | None = None) -> 
 
 
 def reward_correct(response: str, gold: str, kind: str, deadline: Deadline | None = None) -> bool:
-    """Reward-style correctness: the final answer (``extract_final_answer``) is equivalent to the gold."""
-    return answers_equivalent(extract_final_answer(response), gold, kind, deadline)
+    """Reward-style correctness: the final answer (``extract_final_answer``; for a choice ``_choice_final``)
+    is equivalent to the gold."""
+    final = _choice_final(response) if kind == "choice" else extract_final_answer(response)
+    return answers_equivalent(final, gold, kind, deadline)
 
 
 def answer_candidates(response: str) -> list[str]:
@@ -538,6 +584,9 @@ def true_correct(
     if reward_ok:
         return True
     candidates = answer_candidates(response)
+    if kind == "choice":  # an answer span reading as the gold's label; a bare letter in the text never counts
+        g = _choice_gold(gold)
+        return any(choice_label(c) == g for c in candidates)
     if kind == "list":  # a span that is the whole list ("70, 110", "\\boxed{110, 70}"), never a lone item
         n = len(list_items(gold))
         spans = [c for c in candidates if len(list_items(c)) == n][:MAX_LATEX_CANDIDATES]
@@ -574,6 +623,8 @@ def true_correct(
 
 def final_answer_key(response: str, kind: str) -> str | None:
     """A hashable normal form of the final answer, for majority voting (None when there is none)."""
+    if kind == "choice":
+        return choice_label(_choice_final(response))
     pred = extract_final_answer(response)
     if pred is None:
         return None

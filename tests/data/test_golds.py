@@ -276,11 +276,13 @@ def test_math_528_is_graded_as_the_list_it_asks_for(data_dir):
 
 
 def test_every_registered_split_is_audited():
-    """A new dataset or split needs a check above (this list) before it ships."""
+    """A new dataset or split needs a check above (this list) before it ships (mmlu and boolq, which have no
+    offline rows: tests/data/test_knowledge_sets.py)."""
     audited = {("gsm8k", "test"), ("gsm8k", "train"), ("svamp", "test"), ("svamp_paper", "test"),
                ("gsm_hard", "test"), ("asdiv", "test"), ("asdiv_paper", "test"), ("math500", "test"),
                ("math", "test"), ("math", "train"), ("synthetic", "train"), ("synthetic", "validation"),
                ("synthetic", "test"), ("synthetic_heldout", "train"), ("synthetic_heldout", "validation"),
-               ("synthetic_heldout", "test")}  # fmt: skip
+               ("synthetic_heldout", "test"),
+               ("mmlu", "test"), ("boolq", "test")}  # fmt: skip
     registered = {(name, split) for name, spec in DATASETS.items() for split in spec.rows}
     assert registered == audited
