@@ -21,7 +21,8 @@ import numpy as np
 
 from pspo_repro.common.paths import data_dir
 from pspo_repro.data import synthetic
-from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, numeric_gold
+from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, list_items, numeric_gold
+from pspo_repro.data.prompts import CHOICE_LETTERS, multiple_choice_question, yes_no_question
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,25 @@ _ASDIV_SIGNED = re.compile(r"^\s*([-+])\s*\(\s*(\d+(?:\.\d+)?(?:/\d+)?)\s*\)\s*$
 _ASDIV_UNIT = re.compile(r"\s*\([^()\d]*\)\s*$")
 
 
+# A MATH gold that is a list of answers ("Enter all the solutions, separated by commas": ``70,110``, ``-4, 4``)
+# is graded as a list (``answer_kind`` "list": the same answers in any order), never as one number. The one
+# ambiguous writing, digits grouped in threes after a comma (``70,110``, ``58,500``), is a list only where
+# the problem asks for several answers separated by commas; an ordered pair or triple written without
+# brackets stays one LaTeX answer (math-verify, order kept).
+_THOUSANDS_GOLD = re.compile(r"^-?(?:\\\$)?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_ASKS_FOR_LIST = re.compile(r"separated by commas?|comma-separated|\bcomma\b", re.I)
+_ORDERED = re.compile(r"\bordered\b", re.I)
+
+
+def math_answer_kind(question: str, answer: str) -> str:
+    """``list`` for a MATH gold that holds several answers (``list_items``), else ``latex``."""
+    if len(list_items(answer)) < 2 or _ORDERED.search(question):
+        return "latex"
+    if _THOUSANDS_GOLD.match(answer.strip()) and not _ASKS_FOR_LIST.search(question):
+        return "latex"  # 58,500: one number written with a thousands separator
+    return "list"
+
+
 # ---------------------------------------------------------------- row converters
 
 
@@ -119,7 +139,8 @@ def _math_row(prefix: str, skip_unanswered: bool = False) -> RowFn:
                 )
         # unique_id is null on a few MATH train rows: the line number is the fallback id.
         uid = row.get("unique_id") or f"line{line}"
-        return Problem(f"{prefix}/{uid}", problem, str(answer).strip(), "latex", solution)
+        answer = str(answer).strip()
+        return Problem(f"{prefix}/{uid}", problem, answer, math_answer_kind(problem, answer), solution)
 
     return row_fn
 
@@ -199,6 +220,39 @@ def _gsm_hard_row(row: dict[str, Any], source: str, line: int) -> Problem:
         raise DataError(f"{source}:{line}: row has no 'target' field")
     pid = f"gsm_hard/{line - 1}"
     return Problem(pid, question, numeric_gold(target, pid, source, line), "numeric", row.get("code"))
+
+
+def _mmlu_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    """cais/mmlu's schema: ``question``, ``subject``, ``choices`` (2-10 strings), ``answer`` (the choice's index,
+    0-based). The gold is the choice's letter; the prompt lists the lettered choices."""
+    question = _field(row, "question", source, line)
+    choices = row.get("choices")
+    if (
+        not isinstance(choices, list | tuple)
+        or not 2 <= len(choices) <= len(CHOICE_LETTERS)
+        or not all(isinstance(c, str) for c in choices)
+    ):
+        raise DataError(f"{source}:{line}: 'choices' must be a list of 2 to 10 strings, got {choices!r:.60}")
+    answer = row.get("answer")
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        raise DataError(
+            f"{source}:{line}: 'answer' must be the index of the right choice, 0 to {len(choices) - 1}, got {answer!r:.40}"
+        )
+    subject = str(row.get("subject") or "none")
+    pid = f"mmlu/{subject}/{line - 1}"
+    return Problem(pid, multiple_choice_question(question, list(choices)), CHOICE_LETTERS[answer], "choice")
+
+
+def _boolq_row(row: dict[str, Any], source: str, line: int) -> Problem:
+    """google/boolq's schema: ``question``, ``passage``, ``answer`` (a boolean). The gold is "yes" or "no"."""
+    question = _field(row, "question", source, line)
+    passage = _field(row, "passage", source, line)
+    answer = row.get("answer")
+    if not isinstance(answer, bool):
+        raise DataError(f"{source}:{line}: 'answer' must be true or false, got {answer!r:.40}")
+    return Problem(
+        f"boolq/{line - 1}", yes_no_question(passage, question), "yes" if answer else "no", "choice"
+    )
 
 
 # ---------------------------------------------------------------- hub loaders (need network; untested here)
@@ -310,6 +364,30 @@ register_dataset(
     ),
 )
 
+# Knowledge outside math (issue 37 item 4): before and after RL on the same prompts, in the same tables. Neither
+# ships in the offline data; point the evaluator at a hub id or a local file of the hub's schema with
+# ``eval.sources.<name>`` (docs/evaluation_sets.md, "Knowledge outside math").
+register_dataset(
+    "mmlu",
+    DatasetSpec(
+        files={"test": "mmlu/test.jsonl"},
+        rows={"test": _mmlu_row},
+        hub={"test": _hub("cais/mmlu", "all", "test")},  # 14,042 questions, 57 subjects
+        hub_names={"test": "cais/mmlu"},
+    ),
+)
+register_dataset(
+    "boolq",
+    DatasetSpec(
+        files={"test": "boolq/validation.jsonl"},
+        rows={"test": _boolq_row},
+        # BoolQ's test labels are not public: its labelled evaluation rows are the 3,270 of "validation".
+        hub={"test": _hub("google/boolq", None, "validation")},
+        hub_names={"test": "google/boolq"},
+        hub_splits={"test": "validation"},
+    ),
+)
+
 
 # ---------------------------------------------------------------- reading
 
@@ -335,14 +413,55 @@ def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def load_problems(name: str, split: str = "test") -> list[Problem]:
-    """All rows of ``name``/``split`` as Problems, from PSPO_DATA_DIR when set, else from the hub."""
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(?::[\w.-]+)?$")
+SOURCE_SUFFIXES = (".jsonl", ".parquet")
+
+
+def read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(row_number, row)`` for each row of a parquet file (numbered from 1, as ``read_jsonl``'s lines)."""
+    import pyarrow.parquet as pq  # lazy: only a parquet source needs it
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:  # pyarrow's errors are long and of many types: one line names the file
+        raise DataError(f"{path}: not a readable parquet file ({type(exc).__name__})") from None
+    return list(enumerate(rows, start=1))
+
+
+def read_source(spec: DatasetSpec, split: str, source: str) -> tuple[list[tuple[int, dict[str, Any]]], str]:
+    """The rows of ``source`` and a name for messages: a local ``.jsonl``/``.parquet`` file of the dataset's
+    schema (its rows are the split), or a hub id ``owner/name[:config]`` read with ``datasets.load_dataset``
+    (the split the spec maps ``split`` to)."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.suffix not in SOURCE_SUFFIXES:
+            raise DataError(f"source {source}: a local file must be .jsonl or .parquet")
+        return (read_parquet(path) if path.suffix == ".parquet" else read_jsonl(path)), str(path)
+    if path.suffix in SOURCE_SUFFIXES or source.startswith(("/", ".", "~")):
+        raise DataError(f"source file not found: {source}")
+    if not _HUB_ID.match(source):
+        raise DataError(
+            f"source {source!r} is neither a local .jsonl/.parquet file nor a hub id (owner/name or owner/name:config)"
+        )
+    import datasets  # lazy: only the hub path needs it
+
+    hub_id, _, config = source.partition(":")
+    rows = datasets.load_dataset(hub_id, config or None, split=spec.hub_splits.get(split, split))
+    return [(i + 1, dict(row)) for i, row in enumerate(rows)], source
+
+
+def load_problems(name: str, split: str = "test", source: str | None = None) -> list[Problem]:
+    """All rows of ``name``/``split`` as Problems: from ``source`` when given (``read_source``: a local
+    file or a hub id), else from PSPO_DATA_DIR when set, else from the hub."""
     spec = get_spec(name)
     if split not in spec.rows:
         raise DataError(f"dataset {name!r} has no split {split!r}; splits: {', '.join(sorted(spec.rows))}")
     row_fn = spec.rows[split]
     root = data_dir()
-    if root is not None:
+    if source is not None:
+        rows, source = read_source(spec, split, str(source))
+        problems = [p for p in (row_fn(row, source, lineno) for lineno, row in rows) if p is not None]
+    elif root is not None:
         if split not in spec.files:
             raise DataError(
                 f"dataset {name!r} split {split!r} has no offline file under PSPO_DATA_DIR={root}"
@@ -356,7 +475,8 @@ def load_problems(name: str, split: str = "test") -> list[Problem]:
             source = spec.hub_names.get(split, name)
             problems = [row_fn(dict(row), source, i + 1) for i, row in enumerate(spec.hub[split]())]
         else:
-            raise DataError(f"dataset file not found: {path} (PSPO_DATA_DIR={root})")
+            hint = f"; or name a local file or hub id with eval.sources.{name}" if not spec.generated else ""
+            raise DataError(f"dataset file not found: {path} (PSPO_DATA_DIR={root}){hint}")
     else:
         if split not in spec.hub:
             raise DataError(f"dataset {name!r} split {split!r} needs PSPO_DATA_DIR (no hub source)")
@@ -371,11 +491,14 @@ def load_problems(name: str, split: str = "test") -> list[Problem]:
     return problems
 
 
-def load_benchmark(name: str, split: str = "test", limit: int | None = None) -> list[Problem]:
-    """The evaluation rows of a benchmark, in file order; ``limit`` takes the first N."""
+def load_benchmark(
+    name: str, split: str = "test", limit: int | None = None, source: str | None = None
+) -> list[Problem]:
+    """The evaluation rows of a benchmark, in file order; ``limit`` takes the first N; ``source`` a local
+    file or hub id to read them from (``read_source``)."""
     if limit is not None and limit < 1:
         raise DataError(f"limit must be a positive integer or null, got {limit}")
-    problems = load_problems(name, split)
+    problems = load_problems(name, split, source)
     return problems[:limit] if limit is not None else problems
 
 

@@ -5,11 +5,47 @@ one dataset is read) and ``DataError`` (a one-line loading error). Imports nothi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-AnswerKind = Literal["numeric", "latex", "text"]
+AnswerKind = Literal["numeric", "latex", "text", "list", "choice"]
+
+# "19 \text{ and }43", "6, 8\text{, and }10": a joining word between two answers separates them as a comma does.
+_TEXT_AND_RE = re.compile(r"\\text\{\s*,?\s*and\s*\}|\\text\{\s*,\s*\}")
+_WORD_AND_RE = re.compile(r"\s+and\s+")
+_EDGE_SPACE_RE = re.compile(r"^(?:\s|\\[ ,;:!]|\\q?quad)+|(?:\s|\\[ ,;:!]|\\q?quad)+$")
+_THOUSANDS_SEP_RE = re.compile(r"\s*\\!")
+
+
+def list_items(text: str) -> list[str]:
+    """The answers of a list written with commas (``"70, 110"`` -> ``["70", "110"]``), split at commas
+    outside brackets and braces only: ``(1, 2)``, ``[0, 1)``, ``\\{1, 2\\}`` and ``10{,}000`` stay whole,
+    as do a thousands separator written ``,\\!`` and LaTeX's thin space ``\\,``. "and" between answers
+    separates like a comma; empty items are dropped. A text with no such separator is one item."""
+    text = _TEXT_AND_RE.sub(",", text)
+    items, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":  # a command or an escaped character: \{ and \} open and close, \, is a space
+            depth = max(depth + {"{": 1, "}": -1}.get(text[i + 1 : i + 2], 0), 0)
+            i += 2
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and c == "," and not _THOUSANDS_SEP_RE.match(text, i + 1):
+            items.append(text[start:i])
+            start = i + 1
+        elif depth == 0 and c.isspace() and (m := _WORD_AND_RE.match(text, i)):
+            items.append(text[start:i])
+            start = i = m.end()
+            continue
+        i += 1
+    items.append(text[start:])
+    return [s for s in (_EDGE_SPACE_RE.sub("", item) for item in items) if s]
 
 
 class DataError(ValueError):
@@ -75,3 +111,6 @@ class DatasetSpec:
     generated: bool = False
     # A fixed validation split (load_train_val): validation rows come from it, never from ``train``.
     val_split: str | None = None
+    # split -> the hub's split holding its rows, where the names differ (BoolQ's labelled evaluation rows are
+    # the hub's "validation"); a hub id given as a source (``load_problems(source=...)``) reads the same split.
+    hub_splits: dict[str, str] = field(default_factory=dict)

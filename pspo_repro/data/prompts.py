@@ -20,6 +20,32 @@ TEMPLATES: dict[str, str | None] = {
 }
 
 
+# The non-math knowledge sets (MMLU, BoolQ) ask for their answer in the paper's '####' format, so a model RL-trained
+# to end with '#### <answer>' is measured in the format it was trained on; the label is what grading reads.
+CHOICE_LETTERS = "ABCDEFGHIJ"
+
+
+def multiple_choice_question(question: str, choices: list[str]) -> str:
+    """The user message of a multiple-choice question: the question, its lettered choices, the answer format."""
+    lines = [f"{CHOICE_LETTERS[i]}. {c.strip()}" for i, c in enumerate(choices)]
+    return (
+        f"{question.strip()}\n\n"
+        + "\n".join(lines)
+        + "\n\nAnswer with the letter of the correct choice. End the "
+        "response with the final answer only in the format: '#### <letter>'"
+    )
+
+
+def yes_no_question(passage: str, question: str) -> str:
+    """The user message of a yes/no reading question: the passage, the question, the answer format."""
+    q = question.strip()  # BoolQ's questions are lower case and unpunctuated
+    q = q[:1].upper() + q[1:] + ("" if q.endswith("?") else "?")
+    return (
+        f"{passage.strip()}\n\nQuestion: {q}\n\nAnswer yes or no. End the response with the final answer only in "
+        "the format: '#### <yes or no>'"
+    )
+
+
 def build_messages(question: str, template: str = "paper") -> list[dict[str, str]]:
     """The chat messages for one problem under a named template (``paper`` or ``none``)."""
     if template not in TEMPLATES:

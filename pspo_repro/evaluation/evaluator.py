@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,18 @@ SCHEMA_VERSION = 1
 # version does not match (the header differs), so no cell mixes two graders. 3: a number inside a larger
 # expression (an exponent, a root, a fraction) is no answer; the authors' reward matches with `regex`.
 GRADER_VERSION = 3
+# 4: a list gold (``answer_kind`` "list", MATH's "70,110") is graded as a list, no longer as one number. Only a
+# cell holding such a row grades differently from 3, so only it carries 4: every other cell, committed ones
+# included, stays valid.
+LIST_GRADER_VERSION = 4
+
+
+def grader_version(problems: list[Problem]) -> int:
+    """The grading version a cell over ``problems`` is graded with (``GRADER_VERSION``, or
+    ``LIST_GRADER_VERSION`` when a row's gold is a list)."""
+    return LIST_GRADER_VERSION if any(p.answer_kind == "list" for p in problems) else GRADER_VERSION
+
+
 PASS_KS = metrics.PASS_KS
 # chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
 CHUNK_SIZE = {"hf": 32, "vllm": 512}
@@ -344,6 +356,14 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     for t in temps:
         if t < 0:
             raise EvalError(f"temperature must be >= 0, got {t}")
+    for t in temps:
+        # Cells are filed as T{t:.1f}.json and read back by that name: 0.25 would land in T0.2.json and
+        # pass for a T = 0.2 cell, so a temperature the name cannot hold exactly is refused.
+        if float(f"{t:.1f}") != t:
+            raise EvalError(
+                f"temperature {t:g} cannot be filed exactly (cells are named T{{t:.1f}}.json, it would be "
+                f"T{t:.1f}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
+            )
     labels = [f"{t:.1f}" for t in temps]
     if len(set(labels)) != len(labels):
         raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
@@ -377,11 +397,32 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
         )
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
+    sources_of(cfg)
     if not isinstance(cfg.get("allow_foreign_checkpoint", False), bool):
         raise EvalError(
             f"allow_foreign_checkpoint must be true or false, got {cfg.allow_foreign_checkpoint!r}"
         )
     return datasets, temps
+
+
+def sources_of(cfg: Any) -> dict[str, str]:
+    """``eval.sources``: {dataset: a local .jsonl/.parquet file or a hub id ``owner/name[:config]``} for the
+    datasets read from somewhere other than their default (PSPO_DATA_DIR, else the hub); null entries are
+    the default. A key that is no dataset of the sweep, or a value that is not a string, is an EvalError."""
+    raw = cfg.eval.get("sources") or {}
+    if not isinstance(raw, Mapping):
+        raise EvalError(f"eval.sources must be a mapping of dataset name to a file or hub id, got {raw!r}")
+    datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
+    out = {}
+    for name, value in raw.items():
+        if name not in datasets:
+            raise EvalError(f"eval.sources.{name}: {name!r} is not in eval.datasets ({', '.join(datasets)})")
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise EvalError(f"eval.sources.{name} must be a local file or a hub id, got {value!r}")
+        out[str(name)] = value.strip()
+    return out
 
 
 def top_k_of(cfg: Any) -> int | None:
@@ -591,7 +632,7 @@ def _header(
     """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
     return {
         "schema_version": SCHEMA_VERSION,
-        "grader": GRADER_VERSION,
+        "grader": grader_version(problems),
         "model": target.model,
         "method": target.method,
         "seed": target.seed,
@@ -610,6 +651,8 @@ def _header(
         "sampling_seed": int(cfg.sampling_seed),
         "prompt_template": str(cfg.prompt_template),
         "backend": backend,
+        # Only a cell read from a named source records it (cells of the default sources keep their keys).
+        **({"source": sources_of(cfg)[dataset]} if dataset in sources_of(cfg) else {}),
     }
 
 
@@ -641,7 +684,11 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
         backend_name = resolve_backend_name(str(cfg.backend))
     except ValueError as exc:
         raise EvalError(str(exc)) from None
-    problems_by_ds = {name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit) for name in datasets}
+    sources = sources_of(cfg)
+    problems_by_ds = {
+        name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit, sources.get(name))
+        for name in datasets
+    }
 
     cells: list[Cell] = []
     for name, problems in problems_by_ds.items():

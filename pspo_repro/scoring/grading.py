@@ -13,7 +13,11 @@ Two notions of correctness (paper-notes section 2):
 
 Gold kinds: ``numeric`` (compared as numbers only, never through math-verify), ``latex`` (MATH: exact numbers
 when both sides are numbers, else math-verify) and ``text`` (ASDiv's word and time answers such as "Yes",
-"3:30 p.m.", "6th": a normalised string comparison). The grading of one response has a total time bound
+"3:30 p.m.", "6th": a normalised string comparison) and ``list`` (a MATH gold of several answers, ``70,110``:
+the response's answers split at commas, each matched as ``latex``, in any order, so ``110, 70`` is right and
+``70110`` is not) and ``choice`` (the knowledge sets: a choice's letter, MMLU's ``B``, or BoolQ's ``yes``/``no``,
+read from the start of the final-answer span, else of the response). The grading of one response has a total
+time bound
 (``GRADE_BUDGET_S``) however many spans it holds.
 """
 
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from pspo_repro.data.datasets import last_boxed
+from pspo_repro.data.problems import list_items
 
 # Per-item bound on a math-verify parse+verify (seconds). Typical cost is ~0.3 ms; rare symbolic
 # comparisons take ~100 ms; pathological inputs can take far longer, hence a bound.
@@ -462,7 +467,8 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
     """Whether a predicted answer string equals the gold.
 
     ``numeric``: as numbers only (exact; ``gold_tolerance`` for inexact golds); ``latex``: as numbers
-    when the gold is a number, else math-verify (time-bounded by ``deadline``); ``text``: normalised words.
+    when the gold is a number, else math-verify (time-bounded by ``deadline``); ``text``: normalised words;
+    ``list``: the same answers in any order (``_list_equivalent``).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown answer kind {kind!r}; allowed: {', '.join(KINDS)}")
@@ -470,6 +476,10 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
         return False
     if kind == "text":
         return _text_equivalent(pred, gold)
+    if kind == "list":
+        return _list_equivalent(pred, gold, deadline)
+    if kind == "choice":
+        return choice_label(pred) == _choice_gold(gold)
     g = _gold_number(gold, kind)
     if g is not None:  # a numeric gold is compared numerically only, whatever its kind
         p = _leading_number(pred) if kind == "numeric" else parse_number(pred)
@@ -477,15 +487,70 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
     return _latex_equivalent(pred.strip(), gold.strip(), deadline)
 
 
-KINDS = ("numeric", "latex", "text")
+KINDS = ("numeric", "latex", "text", "list", "choice")
+
+# A choice's label at the start of an answer span: "B", "(B)", "B.", "B) Paris", "**B**", "Option B", "\\text{(B)}".
+# A letter must stand alone (end of line, or closed by punctuation): "A city ..." and "I think ..." are words,
+# and a lower-case letter is never a label.
+_SPAN_LEAD = r"^(?:[\s(\[{*\"'$:]|\\text(?:bf)?\{|\\boxed\{|\\mathrm\{)*"
+_LETTER_RE = re.compile(
+    _SPAN_LEAD + r"(?:(?i:option|choice)\s*\(?([A-J])(?![A-Za-z0-9])|([A-J])(?=[.):,*}\]$]|[ \t]*(?:\n|$)))"
+)
+_YES_NO_RE = re.compile(_SPAN_LEAD + r"(yes|no|true|false)(?![A-Za-z0-9])", re.I)
+
+
+def choice_label(span: str | None) -> str | None:
+    """The choice a span answers with: a letter ``A``-``J``, or ``yes``/``no`` (``true``/``false`` read as
+    those), from the span's start; None when it starts with neither."""
+    if not span:
+        return None
+    m = _LETTER_RE.match(span)
+    if m:
+        return m.group(1) or m.group(2)
+    m = _YES_NO_RE.match(span)
+    if m:
+        return {"true": "yes", "false": "no"}.get(m.group(1).lower(), m.group(1).lower())
+    return None
+
+
+def _choice_gold(gold: str) -> str:
+    g = gold.strip()
+    if len(g) == 1 and g in "ABCDEFGHIJ":
+        return g
+    if g.lower() in ("yes", "no"):
+        return g.lower()
+    raise ValueError(f"choice gold answer must be a letter A-J, yes or no: {gold!r}")
+
+
+def _choice_final(response: str) -> str | None:
+    """A choice response's final answer: after the last ``####``, else the last ``\\boxed{}``, else what
+    follows the last "the answer is", else the response itself (its start is read: "B) Paris", "Yes, ...")."""
+    return _after_last_hashes(response) or last_boxed(response) or _answer_phrase(response) or response
+
+
+# A list answer longer than this is no answer to these benchmarks (each pair of items may cost a math-verify call).
+MAX_LIST_ITEMS = 16
+
+
+def _list_equivalent(pred: str, gold: str, deadline: Deadline | None = None) -> bool:
+    """The same answers as a list gold, in any order: every gold item equals some predicted item and every
+    predicted item some gold item (items compared as ``latex``: numbers exactly, the rest by math-verify)."""
+    want, got = list_items(gold), list_items(pred)
+    if not got or len(got) > MAX_LIST_ITEMS or len(want) > MAX_LIST_ITEMS:
+        return False
+    deadline = deadline or Deadline()
+    same = [[answers_equivalent(p, g, "latex", deadline) for g in want] for p in got]
+    return all(any(row) for row in same) and all(any(col) for col in zip(*same, strict=True))
 
 
 # ---------------------------------------------------------------- the two accuracies
 
 
 def reward_correct(response: str, gold: str, kind: str, deadline: Deadline | None = None) -> bool:
-    """Reward-style correctness: the final answer (``extract_final_answer``) is equivalent to the gold."""
-    return answers_equivalent(extract_final_answer(response), gold, kind, deadline)
+    """Reward-style correctness: the final answer (``extract_final_answer``; for a choice ``_choice_final``)
+    is equivalent to the gold."""
+    final = _choice_final(response) if kind == "choice" else extract_final_answer(response)
+    return answers_equivalent(final, gold, kind, deadline)
 
 
 def answer_candidates(response: str) -> list[str]:
@@ -519,6 +584,13 @@ def true_correct(
     if reward_ok:
         return True
     candidates = answer_candidates(response)
+    if kind == "choice":  # an answer span reading as the gold's label; a bare letter in the text never counts
+        g = _choice_gold(gold)
+        return any(choice_label(c) == g for c in candidates)
+    if kind == "list":  # a span that is the whole list ("70, 110", "\\boxed{110, 70}"), never a lone item
+        n = len(list_items(gold))
+        spans = [c for c in candidates if len(list_items(c)) == n][:MAX_LATEX_CANDIDATES]
+        return any(_list_equivalent(c, gold, deadline) for c in spans)
     if kind == "text":
         return _text_appears(response, gold) or any(_text_equivalent(c, gold) for c in candidates)
     g = _gold_number(gold, kind)
@@ -551,15 +623,26 @@ def true_correct(
 
 def final_answer_key(response: str, kind: str) -> str | None:
     """A hashable normal form of the final answer, for majority voting (None when there is none)."""
+    if kind == "choice":
+        return choice_label(_choice_final(response))
     pred = extract_final_answer(response)
     if pred is None:
         return None
     if kind == "text":
         return normalise_words(pred) or None
+    if kind == "list":  # the items' keys, sorted: "110, 70" and "70,110" vote together
+        keys = [final_item_key(item) for item in list_items(pred)]
+        return ",".join(sorted(dict.fromkeys(keys))) or None
     value = _leading_number(pred) if kind == "numeric" else parse_number(pred)
     if value is not None:
         return str(value)
     return None if kind == "numeric" else _normalise_text(pred)
+
+
+def final_item_key(item: str) -> str:
+    """One list item's vote key: a number as its exact fraction, else its normalised LaTeX."""
+    value = parse_number(item)
+    return str(value) if value is not None else _normalise_text(item)
 
 
 @dataclass(frozen=True)

@@ -313,6 +313,11 @@ def validate_flags(cfg: DictConfig) -> None:
         )
 
 
+# TRL's advantage scaling (GRPOConfig.scale_rewards): group divides R - mean by the group's std (TRL's default,
+# what the authors' code ran), batch by the batch's, none not at all (the paper text's A = R - mean R).
+SCALE_REWARDS = ("group", "batch", "none")
+
+
 def validate_trainer(cfg: DictConfig) -> None:
     """Ranges of the trainer, data and model settings, checked before anything loads or is written."""
     from pspo_repro.data.prompts import TEMPLATES
@@ -334,7 +339,8 @@ def validate_trainer(cfg: DictConfig) -> None:
     _num("trainer.num_train_epochs", t.get("num_train_epochs"), low=0, null=True)
     _num("trainer.warmup_steps", t.get("warmup_steps", 0), int, low=0)
     _num("trainer.weight_decay", t.get("weight_decay", 0.0), low=0)
-    _num("trainer.max_grad_norm", t.get("max_grad_norm"), low=0, null=True)
+    # 0 turns norm clipping off (HF); null is refused: HF compares it with 0 at the first optimizer step.
+    _num("trainer.max_grad_norm", t.get("max_grad_norm"), low=0)
     _num("trainer.logging_steps", t.get("logging_steps", 1), int, low=1)
     for key in ("eval_limit", "stop_after_step", "save_total_limit", "num_generations_eval"):
         _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
@@ -342,6 +348,10 @@ def validate_trainer(cfg: DictConfig) -> None:
          low_open=True)  # fmt: skip
     _num("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
     _num("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
+    if t.get("scale_rewards", "group") not in SCALE_REWARDS:
+        raise UsageError(
+            f"trainer.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {t.scale_rewards!r}"
+        )
     if t.vllm_mode not in ("colocate", "server"):
         raise UsageError(f"trainer.vllm_mode must be colocate or server, got {t.vllm_mode!r}")
     if cfg.data.prompt_template not in TEMPLATES:

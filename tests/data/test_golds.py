@@ -15,7 +15,7 @@ from fractions import Fraction
 import pytest
 
 from pspo_repro.data.datasets import DATASETS, load_problems, read_jsonl
-from pspo_repro.data.problems import DataError
+from pspo_repro.data.problems import DataError, list_items
 from pspo_repro.data.synthetic import load_split
 from pspo_repro.scoring.grading import answers_equivalent, parse_number, reward_correct
 
@@ -138,9 +138,15 @@ _DECORATION = re.compile(
     r"^(?:-?\\\$\s*)|\.$|\\%$|\^\{?\\circ\}?$|\s*(?:\\[,;!: ]\s*)*\\(?:text|mbox|mathrm)\{[^{}]*\}$"
 )
 _LATEX_FRAC = re.compile(r"(-?)\s*\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)\s*(\d))")
-# The one gold written like a thousands-separated number that is a list ("Enter all the solutions, separated by
-# commas": x = 70 and x = 110). Graded as 70110 (a response "70, 110" reads the same); a list kind would fix it.
-AMBIGUOUS = {"math/test/precalculus/528.json": "70,110"}
+# Golds of several answers are kind "list" (checked item by item below); these are decided by the problem text:
+# 528 is written like a thousands-separated number but asks "Enter all the solutions, separated by commas"
+# (x = 70 and x = 110); 737 and 575 are one number each.
+KIND_OF = {
+    "math/test/precalculus/528.json": ("70,110", "list"),
+    "math/test/counting_and_probability/737.json": ("58,500", "latex"),
+    "math/test/counting_and_probability/575.json": ("15,600", "latex"),
+    "math500/test/counting_and_probability/737.json": ("58,500", "latex"),
+}
 
 
 def _latex_number(gold: str) -> Fraction | None:
@@ -185,13 +191,28 @@ def _last_boxed(solution: str) -> str | None:
 def _check_latex(problems, sources: list[str | None]) -> list[tuple]:
     bad = []
     for p, source in zip(problems, sources, strict=True):
-        if p.answer != source or p.answer_kind != "latex":
+        if p.answer != source or p.answer_kind not in ("latex", "list"):
             bad.append((p.id, "loaded", p.answer, source))
             continue
-        want, got = _latex_number(p.answer), parse_number(p.answer)
-        if got != want and AMBIGUOUS.get(p.id) != p.answer:
-            bad.append((p.id, "value", p.answer, got, want))
+        if p.id in KIND_OF and KIND_OF[p.id] != (p.answer, p.answer_kind):
+            bad.append((p.id, "kind", p.answer, p.answer_kind))
+        # a list's items are audited one by one; no list gold is read as one number
+        items = list_items(p.answer) if p.answer_kind == "list" else [p.answer]
+        if p.answer_kind == "list" and (len(items) < 2 or "," not in p.answer and "and" not in p.answer):
+            bad.append((p.id, "list", p.answer, items))
+        for item in items:
+            want, got = _latex_number(item), parse_number(item)
+            if got != want:
+                bad.append((p.id, "value", item, got, want))
     return bad
+
+
+def test_list_golds_are_the_ones_their_problems_ask_for(data_dir):
+    problems = {p.id: p for p in load_problems("math")} | {p.id: p for p in load_problems("math500")}
+    assert {pid: (problems[pid].answer, problems[pid].answer_kind) for pid in KIND_OF} == KIND_OF
+    lists = [p for p in problems.values() if p.answer_kind == "list"]
+    assert 60 < len(lists) < 90  # 72 MATH test rows, 3 of MATH-500
+    assert not any(re.search(r"\bordered\b", p.question, re.I) for p in lists)
 
 
 def test_math500_golds_are_the_answer_field(data_dir):
@@ -237,15 +258,31 @@ def test_list_golds_are_not_one_number():
     assert answers_equivalent(r"45^\circ, 135^\circ", r"45^\circ, 135^\circ", "latex")
 
 
+def test_math_528_is_graded_as_the_list_it_asks_for(data_dir):
+    """MATH's "Find all real numbers x between 0 and 360 ... Enter all the solutions, separated by commas": 70 and
+    110 in any order; the number 70110 (how it was graded before) is wrong."""
+    (p,) = [p for p in load_problems("math") if p.id == "math/test/precalculus/528.json"]
+    right = ["#### 70, 110", "#### 70,110", r"so $x = \boxed{110, 70}$", r"\boxed{70^\circ, 110^\circ}"]
+    for response in right:
+        assert reward_correct(response, p.answer, p.answer_kind), response
+    for response in ("#### 70110", "#### 70", "#### 70, 110, 250", r"\boxed{70, 120}"):
+        assert not reward_correct(response, p.answer, p.answer_kind), response
+    (q,) = [q for q in load_problems("math") if q.id == "math/test/counting_and_probability/737.json"]
+    assert reward_correct("#### 58,500", q.answer, q.answer_kind)
+    assert reward_correct("#### 58500", q.answer, q.answer_kind)
+
+
 # ---------------------------------------------------------------- every loader is audited
 
 
 def test_every_registered_split_is_audited():
-    """A new dataset or split needs a check above (this list) before it ships."""
+    """A new dataset or split needs a check above (this list) before it ships (mmlu and boolq, which have no
+    offline rows: tests/data/test_knowledge_sets.py)."""
     audited = {("gsm8k", "test"), ("gsm8k", "train"), ("svamp", "test"), ("svamp_paper", "test"),
                ("gsm_hard", "test"), ("asdiv", "test"), ("asdiv_paper", "test"), ("math500", "test"),
                ("math", "test"), ("math", "train"), ("synthetic", "train"), ("synthetic", "validation"),
                ("synthetic", "test"), ("synthetic_heldout", "train"), ("synthetic_heldout", "validation"),
-               ("synthetic_heldout", "test")}  # fmt: skip
+               ("synthetic_heldout", "test"),
+               ("mmlu", "test"), ("boolq", "test")}  # fmt: skip
     registered = {(name, split) for name, spec in DATASETS.items() for split in spec.rows}
     assert registered == audited

@@ -117,10 +117,25 @@ def _write_run(root: Path, best="checkpoint-10", tokenizer_dir=None) -> Path:
     [
         (["model=tiny", "eval.datasets=[nope]"], r"unknown dataset 'nope'; allowed: .*gsm8k"),
         (["model=tiny", "temperatures=[0.0,-0.2]"], r"temperature must be >= 0, got -0.2"),
+        (
+            ["model=tiny", "temperatures=[0.0,0.25]"],
+            r"^temperature 0.25 cannot be filed exactly \(cells are named T\{t:.1f\}.json, it would be "
+            r"T0.2.json\); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8$",
+        ),
+        (["model=tiny", "temperatures=[0.05]"], r"^temperature 0.05 cannot be filed exactly .*T0.1.json"),
         (["run=/does/not/exist"], r"run folder not found: /does/not/exist"),
         ([], r"nothing to evaluate"),
         (["model=/no/such/model"], r"model path not found"),
         (["model=tiny", "eval.top_k=0"], r"eval.top_k must be a positive integer or null .*got 0"),
+        (["model=tiny", "eval=mmlu", "eval.sources.mmlu=/no/such/mmlu.parquet"], r"^source file not found: "),
+        (
+            ["model=tiny", "+eval.sources.mmlu=cais/mmlu"],
+            r"^eval.sources.mmlu: 'mmlu' is not in eval.datasets",
+        ),
+        (
+            ["model=tiny", "eval=boolq", "eval.sources.boolq=[1]"],
+            r"^eval.sources.boolq must be a local file or a hub",
+        ),
         (["model=tiny", "eval.top_k=2.5"], r"eval.top_k must be an integer, got 2.5"),
     ],
 )
@@ -156,6 +171,7 @@ def test_malformed_data_row_names_file_and_line(results_root, tmp_path, monkeypa
     "args, match",
     [
         (["model=tiny", "temperatures=[-0.5]"], "temperature must be >= 0"),
+        (["model=tiny", "temperatures=[0.25]"], "temperature 0.25 cannot be filed exactly"),
         (["model=tiny", "eval=nope"], "unknown eval config 'nope'"),
     ],
 )
@@ -279,3 +295,11 @@ def test_run_folder_identity_and_checkpoint(results_root, tiny_model_dir):
         ev.evaluate(
             _cfg(f"run={run}", "eval.limit=2", "temperatures=[0.0]", "max_new_tokens=5", "backend=hf")
         )
+
+
+def test_only_cells_holding_a_list_gold_carry_the_list_grader():
+    from pspo_repro.data.problems import Problem
+
+    math = [Problem("m/1", "q", "1/2", "latex"), Problem("m/528", "q", "70,110", "list")]
+    assert ev.grader_version(math) == ev.LIST_GRADER_VERSION == 4
+    assert ev.grader_version(math[:1]) == ev.GRADER_VERSION == 3  # committed cells of other sets stay valid

@@ -7,11 +7,13 @@ import threading
 import pytest
 
 from pspo_repro.data.datasets import load_benchmark
+from pspo_repro.data.problems import list_items
 from pspo_repro.scoring.grading import (
     answers_equivalent,
     extract_final_answer,
     final_answer_key,
     find_numbers,
+    grade,
     gsm8k_numeric_reward,
     parse_number,
     reward_correct,
@@ -244,3 +246,69 @@ def test_find_numbers_skips_the_parts_of_expressions():
     text = r"Since $x^2 = 9$ and $3\sqrt{2} \approx 4.24$, $\frac{1}{2} + 2^{10} = 1024.5$; 6^\circ, 7 apples"
     assert find_numbers(text) == ["9", "4.24", "1024.5", "6", "7"]
     assert find_numbers(r"\sqrt[3]{8} \binom{5}{2} x_{12} e^{-3} 10^ 4 \log 8") == []
+
+
+# ---------------------------------------------------------------- list answers
+
+
+@pytest.mark.parametrize(
+    ("text", "items"),
+    [
+        ("70,110", ["70", "110"]),
+        ("70, 110", ["70", "110"]),
+        (r"19 \text{ and }43", ["19", "43"]),
+        (r"6, 8\text{, and }10", ["6", "8", "10"]),
+        ("70 and 110", ["70", "110"]),
+        (r"1+\sqrt 2,\ 1-\sqrt 2", [r"1+\sqrt 2", r"1-\sqrt 2"]),
+        # one answer each: brackets, braces, a thousands separator written \!, a thin space \,
+        ("(1,2)", ["(1,2)"]),
+        ("[0, 1)", ["[0, 1)"]),
+        (r"\{1, 2\}", [r"\{1, 2\}"]),
+        (r"10{,}000", [r"10{,}000"]),
+        (r"111, \! 111, \! 111", [r"111, \! 111, \! 111"]),
+        (r"0.25\,\text{ cm}", [r"0.25\,\text{ cm}"]),
+        (r"\text{cats and dogs}", [r"\text{cats and dogs}"]),
+        (r"\text{(E)},", [r"\text{(E)}"]),
+    ],
+)
+def test_list_items(text, items):
+    assert list_items(text) == items
+
+
+@pytest.mark.parametrize(
+    ("response", "ok"),
+    [
+        ("#### 70, 110", True),
+        ("#### 70,110", True),
+        ("#### 110, 70", True),  # "Enter all the solutions": any order
+        (r"The solutions are $\boxed{70^\circ, 110^\circ}$.", True),
+        ("#### 70 and 110", True),
+        ("#### 70110", False),  # the number the gold was once read as
+        ("#### 70", False),  # one of the two
+        ("#### 70, 110, 250", False),  # one too many
+        ("#### 70, 70", False),
+    ],
+)
+def test_a_list_gold_is_graded_as_a_list(response, ok):
+    g = grade(response, "70,110", "list")
+    assert (g.reward_correct, g.true_correct) == (ok, ok)
+
+
+def test_list_true_accuracy_needs_the_whole_list_in_one_span():
+    assert true_correct(r"Candidates: $70, 110$. Checking ... #### 5", "70,110", "list")
+    assert not true_correct("x = 70 works, and x = 110 works too. #### 5", "70,110", "list")
+    assert answers_equivalent(r"\sqrt{5}, -\sqrt{5}", r"-\sqrt{5}, \sqrt{5}", "list")
+
+
+def test_list_answers_vote_together_in_any_order():
+    keys = {final_answer_key(r, "list") for r in ("#### 110, 70", "#### 70,110", r"\boxed{70, 110}")}
+    assert keys == {"110,70"}
+
+
+@pytest.mark.parametrize("response", ["#### 1,000", "#### 1,000 dollars", "#### $1,000.00"])
+def test_a_thousands_separator_is_still_one_number(response):
+    """GSM8K-style numeric golds: "1,000" is 1000, never the list 1, 000."""
+    assert reward_correct(response, "1000", "numeric")
+    assert true_correct(f"It costs 1,000 dollars.\n{response}", "1000", "numeric")
+    assert not reward_correct(response, "1", "numeric")
+    assert final_answer_key(response, "numeric") == "1000"
