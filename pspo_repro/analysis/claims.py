@@ -7,39 +7,45 @@ computes every number from the records under ``results_dir`` (per-prompt rows of
 ``metrics.jsonl`` of the runs) and derives each verdict by the rule the claim names, so a rerun of the
 experiments rewrites the table and its verdicts together. Writes ``claims.md`` and ``claims.csv``.
 
-Measurements (``kind``):
+Measurements (``kind``); a run group may be ``tuned: <id>`` (the spec's ``tuning`` section: the runs at the
+value ``analysis.tuning.select`` chooses on validation, recomputed here from the tuning runs):
 
 - ``accuracy``: a run group's per-seed accuracy (one value per seed, from its cells' per-prompt rows), mean
   with its Student t interval over seeds.
-- ``compare``: A minus B. Seed-paired: the difference of the two groups' values for each seed both have,
+- ``compare``: A minus B, seed-paired: the difference of the two groups' values for each seed both have,
   with its t interval over seeds (the seeds are the independent replicates); beside it the paired
-  per-prompt comparison (each prompt averaged over each group's seeds; percentile bootstrap over prompts,
-  ``stats.paired_comparison``). B may be the base model (``method: baseline``, one seed: every seed of A
-  is compared with it). ``identical`` says whether both groups gave the same per-prompt values on every
-  shared seed.
-- ``run_stat``: a training statistic of ``metrics.jsonl`` (e.g. ``method/zero_grad_frac``), each run's mean
-  over its optimizer steps (``steps: reuse``: only the steps that reuse a rollout, where a trust region can
-  act; ``agg: min``: the run's minimum), then the mean over seeds.
+  per-prompt comparison, conditional on these seeds (each prompt averaged over each group's seeds;
+  percentile bootstrap over prompts). B may be the base model (``method: baseline``, one seed: every seed
+  of A is compared with it). ``identical`` says whether both groups gave the same per-prompt values on
+  every shared seed.
+- ``interaction``: (A - B at the higher temperature) - (A - B at the lower), per seed.
+- ``collapse``: per seed 1 if the run collapsed (greedy true accuracy not above the base's, or its training
+  reward fell below half its start), else 0.
+- ``frontier``: retention (held-out accuracy minus the base's) against gain (rewarded-task accuracy minus the
+  base's) over a sweep's runs, A's least-squares line minus B's at their mean gain, bootstrap over runs.
+- ``run_stat``: a training statistic of ``metrics.jsonl`` (e.g. ``method/zero_grad_frac``; ``grad_clipped``:
+  the share of steps whose gradient norm exceeded ``max_grad_norm``), each run's mean over its optimizer
+  steps (``steps: reuse``: only the steps that reuse a rollout; ``agg: min``: the run's minimum), then the
+  mean over seeds.
 - ``val_reward``: validation reward at the last validation step every run of the group reached (the
   paper's alpha ablation reads validation reward), per seed.
 
-Verdict rules (``verdict.rule``; each names the measurement(s) it reads, by ``id``):
+Key tests and verdicts (``verdict.rule``; docs/statistics.md "Claims and verdicts"). Each claim has one key
+test; the raw p-values of all claims are Holm-adjusted together, and "supported" / "contradicted" need an
+adjusted p below ``ALPHA`` in the direction the rule names ("not resolved" otherwise):
 
-- ``greater``: supported if A - B's seed-paired interval lies above 0, contradicted if below, else
-  not resolved.
-- ``similar_or_better``: contradicted if the interval lies below 0; supported if its lower end is above
-  ``-margin`` points; else not resolved.
-- ``stable``: the claim that a run group keeps learning under reuse: contradicted if its drop against the
-  one-pass group is significant (interval below 0) or its gain over the base does not exclude 0;
-  supported if the gain excludes 0 and the drop's lower end is above ``-margin``; else not resolved.
-  ``unstable`` is the claim that it does not (supported / contradicted swap).
-- ``exceeds``: supported if every listed statistic exceeds the reference statistic by more than
-  ``threshold``, contradicted if none does, else not resolved.
-- ``zero_vs_positive``: supported if the first statistic is at most ``tolerance`` (default 0) on every run
-  and the second above it on every run; contradicted otherwise.
-- ``peak``: supported if the named value has the highest mean and its seed-paired difference to each
-  other value lies above 0; contradicted if another value's difference to it lies above 0; else not
-  resolved.
+- ``greater`` / ``interaction``: a two-sided test over seeds of a seed-paired difference (``test``: t,
+  wilcoxon, sign, or bootstrap for a frontier); supported if positive, contradicted if negative.
+- ``non_inferior``: one-sided t test that the difference is above -margin (supported), or below it
+  (contradicted); ``margin_from``: the mean 95% half-width of the named accuracy measurements.
+- ``equivalent``: TOST within +-margin (supported) or a significant difference (contradicted).
+- ``stable``: a majority of collapsed runs contradicts (no test); otherwise the gain over the base (t test)
+  with no collapse supports.
+- ``exceeds``: every listed per-seed statistic above ``threshold`` (one-sided t, the largest p).
+- ``peak``: the named value above every other, seed-paired (one-sided t, the largest p).
+- deterministic, outside the Holm family: ``zero_vs_positive`` (the first statistic at most ``tolerance``
+  on every run, the second above it on every run) and ``identical_unless_clipped`` (per-prompt identity of
+  the listed comparisons, and difference of the others).
 - ``not_testable``: no experiment at this scale (the claim says why).
 """
 
@@ -64,6 +70,7 @@ from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.cli import parse_key_values, run_writer
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
+GRAD_CLIPPED = "grad_clipped"  # run_stat: share of optimizer steps whose gradient norm was clipped
 KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier")
 RULES = ("greater", "interaction", "non_inferior", "equivalent", "stable", "exceeds", "zero_vs_positive",
          "identical_unless_clipped", "peak", "not_testable")  # fmt: skip
@@ -270,6 +277,17 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
             ratio_max = wide.get("method/ratio_max", pd.Series(1.0, index=wide.index))
             kl = wide.get("train/behaviour_kl", pd.Series(0.0, index=wide.index)).fillna(0.0)
             wide = wide[(ratio_max.notna() & (ratio_max != 1.0)) | (kl != 0.0)]
+        if key == GRAD_CLIPPED:  # steps whose pre-clip gradient norm exceeded the run's max_grad_norm
+            info = json.loads((Path(run["run_dir"].iloc[0]) / "run.json").read_text(encoding="utf-8"))
+            limit = info["config"]["trainer"].get("max_grad_norm")
+            norms = wide.get("train/grad_norm", pd.Series(dtype=float))
+            if norms.isna().any():  # a NaN norm is not "not clipped"
+                raise ClaimsError(f"{spec['id']}: {run['run_dir'].iloc[0]} logged a non-finite train/grad_norm")
+            if norms.empty:
+                continue
+            off = not isinstance(limit, int | float) or limit <= 0  # HF clips only when max_grad_norm > 0
+            seeds[int(seed)] = 0.0 if off else float((norms > float(limit)).mean())
+            continue
         if key not in wide or wide[key].dropna().empty:
             continue
         seeds[int(seed)] = float(wide[key].min() if agg == "min" else wide[key].mean())
