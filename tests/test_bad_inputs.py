@@ -337,6 +337,75 @@ def setup_run_folder_not_utf8(tmp, results, tiny):
     return {}
 
 
+# ---------------------------------------------------------------- issue 36 item 1: one reader of run records
+
+
+def _records_run(results: Path, metrics: str, folder: str = "seed0", method: str = "pspo", **info) -> Path:
+    """A cell (so aggregate has a table) and a run whose metrics.jsonl is ``metrics`` and run.json ``info``."""
+    _cell(results, 0)
+    run = results / "runs" / "tiny" / method / folder
+    config = {"method": {"name": method}, "trainer": {"max_grad_norm": 1.0}}
+    record = {"model": "tiny", "method": method, "seed": 0, "tag": "", "status": "finished", "config": config,
+              **info}  # fmt: skip
+    _write(run / "run.json", json.dumps(record))
+    _write(run / "metrics.jsonl", metrics)
+    return run
+
+
+_GOOD = '{"step": 0, "num_tokens": 10, "eval/reward": 0.1}\n'
+
+
+def _metrics_case(metrics: str, **info):
+    return lambda tmp, results, tiny: (_records_run(results, metrics, **info), {})[1]
+
+
+def _config_case(config):
+    def setup(tmp, results, tiny):
+        _records_run(results, _GOOD, config=config)
+        return {}
+
+    return setup
+
+
+def setup_runs_method_not_registered(tmp, results, tiny):
+    _records_run(results, _GOOD, method="nope")
+    return {}
+
+
+# ---------------------------------------------------------------- issue 36 item 2: output folders before any work
+
+
+def setup_results_dir_file(tmp, results, tiny):
+    _write(tmp / "resfile", "a file, not a folder")
+    return {"__env__": {"PSPO_RESULTS_DIR": str(tmp / "resfile")}}
+
+
+def setup_log_dir_file(tmp, results, tiny):
+    _write(tmp / "logfile", "a file, not a folder")
+    return {"__env__": {"PSPO_LOG_DIR": str(tmp / "logfile")}}
+
+
+def setup_results_dir_too_long(tmp, results, tiny):
+    return {"__env__": {"PSPO_RESULTS_DIR": str(tmp / ("r" * 300))}}
+
+
+def setup_log_dir_under_file(tmp, results, tiny):
+    _write(tmp / "logfile", "a file, not a folder")
+    return {"__env__": {"PSPO_LOG_DIR": str(tmp / "logfile" / "logs")}}
+
+
+def setup_out_dir_file(tmp, results, tiny):
+    _cell(results, 0)
+    _write(tmp / "outfile", "a file, not a folder")
+    return {}
+
+
+def setup_stale_is_file(tmp, results, tiny):
+    _cell(results, 0)
+    _write(results / "tables" / "stale", "a file where aggregation sets files aside")
+    return {}
+
+
 # (id, module, args, setup, env, patterns that must all be in the one line). "{RUN}" and "{RESULTS}" are
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
@@ -507,6 +576,43 @@ CASES = [
     # --- issue 25 item 4 (leftovers): a folder name that is not UTF-8 under results/eval or results/runs
     ("agg-eval-folder-not-utf8", "aggregate", ["results_dir={RESULTS}"], setup_eval_folder_not_utf8, None, ["seed1\\xff/gsm8k/T0.0.json", "not UTF-8", "rename it"]),
     ("agg-run-folder-not-utf8", "aggregate", ["results_dir={RESULTS}"], setup_run_folder_not_utf8, None, ["seed0\\xff", "not UTF-8"]),
+    # --- issue 36 item 1: run records read by the one reader (run_records): file:line and the field, exit 2
+    ("agg-runs-step-repeated", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/reward": 0.1}\n{"step": 0, "eval/reward": 0.9}\n'), None, ["metrics.jsonl:2", "step 0 repeats line 1's"]),
+    ("agg-runs-step-negative", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": -1, "eval/reward": 0.1}\n'), None, ["metrics.jsonl:1", "step=-1 is not an integer >= 0"]),
+    ("agg-runs-step-text", "aggregate", ["results_dir={RESULTS}"], _metrics_case(_GOOD + '{"step": "two", "eval/reward": 0.1}\n'), None, ["metrics.jsonl:2", "step='two'"]),
+    ("agg-runs-step-float", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 1.5, "eval/reward": 0.1}\n'), None, ["metrics.jsonl:1", "step=1.5"]),
+    ("agg-runs-step-bool", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": true, "eval/reward": 0.1}\n'), None, ["metrics.jsonl:1", "step=True"]),
+    ("agg-runs-no-step", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"eval/reward": 0.1}\n'), None, ["metrics.jsonl:1", "no 'step'"]),
+    ("agg-runs-blank-line", "aggregate", ["results_dir={RESULTS}"], _metrics_case(_GOOD + '\n{"step": 1, "eval/reward": 0.2}\n'), None, ["metrics.jsonl:2", "a blank line"]),
+    ("agg-runs-torn-middle", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/rew\n{"step": 1, "eval/reward": 0.2}\n'), None, ["metrics.jsonl:1", "bad JSON line"]),
+    ("agg-runs-torn-last-finished", "aggregate", ["results_dir={RESULTS}"], _metrics_case(_GOOD + '{"step": 1, "eval/rew'), None, ["metrics.jsonl:2", "bad JSON line"]),
+    ("agg-runs-nan", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "train/grad_norm": NaN}\n'), None, ["metrics.jsonl:1", "train/grad_norm=nan", "not a finite number or null"]),
+    ("agg-runs-infinity", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "train/loss": Infinity}\n'), None, ["metrics.jsonl:1", "train/loss=inf"]),
+    ("agg-runs-text-value", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/reward": "0.5"}\n'), None, ["metrics.jsonl:1", "eval/reward='0.5'"]),
+    ("agg-runs-bool-value", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/reward": true}\n'), None, ["metrics.jsonl:1", "eval/reward=True"]),
+    ("agg-runs-list-value", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/reward": [0.5]}\n'), None, ["metrics.jsonl:1", "eval/reward=[0.5]"]),
+    ("agg-runs-line-not-object", "aggregate", ["results_dir={RESULTS}"], _metrics_case(_GOOD + '[1, 2]\n'), None, ["metrics.jsonl:2", "a JSON list, not an object"]),
+    ("agg-runs-num-tokens-negative", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "num_tokens": -5}\n'), None, ["metrics.jsonl:1", "num_tokens=-5"]),
+    ("agg-runs-max-grad-norm-negative", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": -1}}), None, ["run.json", "config.trainer.max_grad_norm=-1", "a finite number >= 0 or null"]),
+    ("agg-runs-max-grad-norm-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": "abc"}}), None, ["run.json", "config.trainer.max_grad_norm='abc'"]),
+    ("agg-runs-max-grad-norm-nan", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": float("nan")}}), None, ["run.json", "config.trainer.max_grad_norm=nan"]),
+    ("agg-runs-config-method-list", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": ["pspo"]}), None, ["run.json", "config.method must be a mapping", "list"]),
+    ("agg-runs-config-method-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": "pspo"}), None, ["run.json", "config.method must be a mapping", "'pspo'"]),
+    ("agg-runs-config-trainer-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"trainer": "fast"}), None, ["run.json", "config.trainer must be a mapping"]),
+    ("agg-runs-config-not-mapping", "aggregate", ["results_dir={RESULTS}"], _config_case([1, 2]), None, ["run.json", "config must be a mapping"]),
+    ("agg-runs-status-unknown", "aggregate", ["results_dir={RESULTS}"], _metrics_case(_GOOD, status="done"), None, ["run.json", "status must be one of running, finished, failed", "'done'"]),
+    ("agg-runs-method-not-registered", "aggregate", ["results_dir={RESULTS}"], setup_runs_method_not_registered, None, ["runs/tiny/nope/seed0", "'nope' is not a registered method", "pspo"]),
+    # --- issue 36 item 2: output folders checked before any work (one line, exit 2, nothing written)
+    ("train-results-dir-file", "train", ["model=tiny"], setup_results_dir_file, None, ["PSPO_RESULTS_DIR=", "resfile is a file, not a folder", "set PSPO_RESULTS_DIR"]),
+    ("train-log-dir-file", "train", ["model=tiny"], setup_log_dir_file, None, ["PSPO_LOG_DIR=", "logfile is a file, not a folder"]),
+    ("train-log-dir-under-file", "train", ["model=tiny"], setup_log_dir_under_file, None, ["PSPO_LOG_DIR=", "logfile is a file, not a folder"]),
+    ("train-results-dir-too-long", "train", ["model=tiny"], setup_results_dir_too_long, None, ["PSPO_RESULTS_DIR=", "is 300 bytes, longer than the file system allows"]),
+    ("eval-results-dir-file", "evaluate", ["model=tiny"], setup_results_dir_file, None, ["PSPO_RESULTS_DIR=", "resfile is a file, not a folder"]),
+    ("eval-log-dir-file", "evaluate", ["model=tiny"], setup_log_dir_file, None, ["PSPO_LOG_DIR=", "logfile is a file, not a folder"]),
+    ("eval-results-dir-too-long", "evaluate", ["model=tiny"], setup_results_dir_too_long, None, ["PSPO_RESULTS_DIR=", "longer than the file system allows"]),
+    ("agg-out-dir-file", "aggregate", ["results_dir={RESULTS}", "out_dir={TMP}/outfile"], setup_out_dir_file, None, ["out_dir=", "outfile is a file, not a folder"]),
+    ("agg-out-dir-too-long", "aggregate", ["results_dir={RESULTS}", "out_dir={TMP}/" + "t" * 300], setup_one_cell, None, ["out_dir=", "longer than the file system allows"]),
+    ("agg-stale-is-file", "aggregate", ["results_dir={RESULTS}"], setup_stale_is_file, None, ["tables/stale is not a folder", "move or rename it"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
 

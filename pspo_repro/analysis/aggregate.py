@@ -45,6 +45,7 @@ from pspo_repro.analysis.tables import (
 )
 from pspo_repro.analysis.units import unit_of
 from pspo_repro.common.atomic import STALE_DIR, recover_folder, write_set
+from pspo_repro.common.output_dirs import folder_problem
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_file_name, check_name, no_symlink_escape
 
@@ -298,7 +299,11 @@ def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: O
     from pspo_repro.analysis import plots
 
     ab = cfg.ablation
-    runs, runs_long = load_runs(root, {ab.param: list(ab.config_keys)})
+    left_out: list[str] = []
+    runs, runs_long = load_runs(root, {ab.param: list(ab.config_keys)}, left_out)
+    for line in left_out:  # a failed run, a torn last line: named, in the summary too
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    outputs.messages += left_out
     outputs.files[out / "long_runs.csv"] = runs_long.to_csv(index=False)
     table, notes = ablation_table(
         runs, runs_long, method=ab.method, param=ab.param, metric=ab.metric,
@@ -414,6 +419,14 @@ def run(cfg: DictConfig) -> Outputs:
         no_symlink_escape(root, out, "out_dir")
     except UnsafePathError as exc:
         raise ConfigError(str(exc)) from None
+    if why := folder_problem(out):  # a file, read-only, a name too long, a full disk: before any work
+        raise ConfigError(f"cannot write the outputs under out_dir={out}: {why}")
+    stale = out / STALE_DIR
+    if stale.is_symlink() or (stale.exists() and not stale.is_dir()):  # before anything is read or switched
+        raise ConfigError(
+            f"{stale} is not a folder: aggregation moves the previous set's extra files into {STALE_DIR}/; "
+            "move or rename it"
+        )
     has_eval, has_runs = bool(eval_files(root)), bool(run_dirs(root))
     if not has_eval and not has_runs:
         raise ResultsError(

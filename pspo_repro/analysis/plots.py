@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 
 from pspo_repro.analysis.stats import Interval, t_interval  # noqa: E402
 from pspo_repro.analysis.tables import Names, ordered, row_order  # noqa: E402
-from pspo_repro.analysis.units import PERCENT, Unit  # noqa: E402
+from pspo_repro.analysis.units import PERCENT, Unit, with_unit  # noqa: E402
 
 FORMATS = ("png", "pdf")
 
@@ -94,7 +94,7 @@ def temperature_figure(
                           colours[rk[1:]], scale=unit.scale)  # fmt: skip
             ax.set_title(f"{names.model(model)} / {names.dataset(ds)}", fontsize=9)
             ax.set_xlabel("temperature")
-            ax.set_ylabel(f"{label} ({unit.unit})")
+            ax.set_ylabel(with_unit(label, unit))
             ax.grid(alpha=0.3)
     _figure_legend(fig, axes)
     fig.suptitle(f"{label} against temperature\nbands: {ci_text}", fontsize=8)

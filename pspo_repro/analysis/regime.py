@@ -27,19 +27,20 @@ Columns, each a mean over seeds (test accuracy with its 95% Student t interval o
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from pspo_repro.analysis.result_files import ResultsError
 from pspo_repro.analysis.results_io import checked_metrics
+from pspo_repro.analysis.run_records import RunRecord, info_problem, max_grad_norm, read_metrics, read_runs
 from pspo_repro.analysis.stats import Interval, clip_interval, t_interval
 from pspo_repro.analysis.tables import CLIPPED
-from pspo_repro.common.atomic import atomic_open
+from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
-from pspo_repro.common.run_dir import identity_problem
+from pspo_repro.common.output_dirs import folder_problem
 from pspo_repro.common.safe_paths import check_name
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,13 @@ def mean_finite(xs: list[float]) -> float:
 
 
 def run_stats(metrics_path: Path, max_grad_norm: float) -> dict[str, float | bool]:
-    """One run's regime statistics from its ``metrics.jsonl`` (definitions: module docstring)."""
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    """One run's regime statistics from its ``metrics.jsonl`` (definitions: module docstring), read and
+    checked by ``run_records.read_metrics``."""
+    return rows_stats(read_metrics(metrics_path), max_grad_norm)
+
+
+def rows_stats(rows: list[dict[str, Any]], max_grad_norm: float) -> dict[str, float | bool]:
+    """``run_stats`` of checked metrics lines (every value a finite number or null)."""
     steps = [r for r in rows if "train/loss" in r]
     reuse = [r for r in steps if r.get("method/ratio_max") not in (None, 1.0) or r.get("train/behaviour_kl")]
     rewards = [r["train/reward"] for r in steps if r.get("train/reward") is not None]
@@ -78,9 +84,12 @@ def run_stats(metrics_path: Path, max_grad_norm: float) -> dict[str, float | boo
 
 
 def folder_stats(folder: Path, info: dict[str, Any]) -> dict[str, float | bool]:
-    """``run_stats`` of the run in ``folder`` whose run.json is ``info`` (its ``max_grad_norm``)."""
-    max_norm = float(info["config"]["trainer"].get("max_grad_norm") or math.inf)
-    return run_stats(folder / "metrics.jsonl", max_norm)
+    """``run_stats`` of the run in ``folder`` whose run.json is ``info`` (its ``max_grad_norm``); both
+    checked by ``run_records`` (ResultsError naming the file and field)."""
+    if why := info_problem(info):
+        raise ResultsError(f"{folder / 'run.json'}: {why}")
+    rows = read_metrics(folder / "metrics.jsonl", finished=info.get("status") == "finished")
+    return rows_stats(rows, max_grad_norm(info))
 
 
 def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float | None:
@@ -94,20 +103,18 @@ def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float 
     return metrics.get("reward_acc")
 
 
+def _runs(results_dir: Path, tag: str) -> list[RunRecord]:
+    """The finished runs tagged ``tag``, read and checked by ``run_records.read_runs`` (the one reader)."""
+    return [r for r in read_runs(results_dir) if r.status == "finished" and r.tag == tag]
+
+
 def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
     """One row per (model, method): regime statistics over the seeds of runs with this ``tag``."""
     by_method: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for info_path in sorted(results_dir.glob("runs/*/*/*/run.json")):
-        info = json.loads(info_path.read_text())
-        if why := identity_problem(info_path.parent, info, info_path):
-            raise ValueError(why)
-        if info.get("status") != "finished" or (info.get("tag") or "") != tag:
-            continue
-        folder = info_path.parent
-        model, method = folder.parent.parent.name, folder.parent.name
-        stats = folder_stats(folder, info)
-        stats["test_acc"] = _test_acc(results_dir, model, method, folder.name)
-        by_method.setdefault((model, method), []).append(stats)
+    for run in _runs(results_dir, tag):
+        stats = rows_stats(run.rows, run.max_grad_norm)
+        stats["test_acc"] = _test_acc(results_dir, run.model, run.method, run.folder.name)
+        by_method.setdefault((run.model, run.method), []).append(stats)
     rows = []
     for (model, method), runs in sorted(by_method.items()):
         base = _test_acc(results_dir, model, "baseline", "seed0")
@@ -180,19 +187,14 @@ def fractions_figure(results_dir: Path, tag: str):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     series: dict[str, dict[int, list[float]]] = {}
     kls: dict[str, dict[int, list[float]]] = {}
-    for info_path in sorted(results_dir.glob("runs/*/*/*/run.json")):
-        info = json.loads(info_path.read_text())
-        if info.get("status") != "finished" or (info.get("tag") or "") != tag:
-            continue
-        method = info_path.parent.parent.name
-        for line in (info_path.parent / "metrics.jsonl").read_text().splitlines():
-            r = json.loads(line)
+    for run in _runs(results_dir, tag):
+        for r in (r for r in run.rows if r.get("num_tokens") is not None):  # the figure's x axis
             if r.get("method/zero_grad_frac") is not None:
-                series.setdefault(method, {}).setdefault(r["num_tokens"], []).append(
+                series.setdefault(run.method, {}).setdefault(r["num_tokens"], []).append(
                     r["method/zero_grad_frac"]
                 )
             if r.get("train/behaviour_kl") is not None:
-                kls.setdefault(method, {}).setdefault(r["num_tokens"], []).append(r["train/behaviour_kl"])
+                kls.setdefault(run.method, {}).setdefault(r["num_tokens"], []).append(r["train/behaviour_kl"])
     for ax, data, label in ((axes[0], series, "zero-gradient tokens"), (axes[1], kls, "KL(old || new)")):
         for method, pts in sorted(data.items()):
             xs = sorted(pts)
@@ -204,27 +206,30 @@ def fractions_figure(results_dir: Path, tag: str):
     return fig
 
 
+# Suffixes of regime's outputs: temporaries of these names left by a kill are removed on the next write.
+OUTPUT_SUFFIXES = (".md", ".csv", ".png")
+
+
 def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime") -> list[Path]:
-    """Write ``<name>.md``, ``<name>.csv`` and ``<name>_fractions.png`` into ``out_dir``; return the paths."""
+    """Write ``<name>.md``, ``<name>.csv`` and ``<name>_fractions.png`` into ``out_dir`` as one set
+    (``atomic.write_set``: after a kill the folder holds the previous three or the new three, never a
+    mix); return the paths. Tables of another ``name`` in the folder are another set, left alone."""
     import csv
+    import io
 
     check_name("name", name)  # it names the files: one plain name, never a path
     rows = collect(results_dir, tag)
     if not rows:
         raise ValueError(f"no finished runs with tag {tag!r} under {results_dir / 'runs'}")
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}_fractions.png"]
-    with atomic_open(paths[0], "w", encoding="utf-8") as fh:
-        fh.write(markdown(rows))
-    with atomic_open(paths[1], "w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
     from pspo_repro.analysis.plots import render
 
-    png = render(fractions_figure(results_dir, tag))["png"]  # bytes; written atomically like the rest
-    with atomic_open(paths[2], "wb") as fh:
-        fh.write(png)
+    png = render(fractions_figure(results_dir, tag))["png"]
+    write_set({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}, OUTPUT_SUFFIXES)
     return paths
 
 
@@ -241,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         check_name("name", args.get("name") or "regime")
     except ValueError as exc:  # before anything is read or written
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if why := folder_problem(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: cannot write the outputs under out_dir={args['out_dir']}: {why}", file=sys.stderr)
         return 2
     return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag", ""),
                       args.get("name") or "regime")  # fmt: skip

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pspo_repro.analysis.result_files import ResultsError, read_json, utf8_names
+from pspo_repro.analysis.run_records import run_dirs as run_dirs  # re-exported: aggregate reads it here
 from pspo_repro.evaluation.metrics import (
     SAMPLE_FIELDS,
     cell_metrics,
@@ -44,47 +46,15 @@ COUNT_METRICS = {"true_acc": "true_correct", "reward_acc": "reward_correct", "au
 # best-of-n), so a table value is a success rate and ci=wilson_pooled applies; the tables recompute
 # them from the per-prompt rows. Not: mean_length, agreement, unique_answers, reward_corr, counts.
 PROPORTION_RE = re.compile(r"(?:reward|true|authors)_(?:acc|maj|top1|best_of_n|pass@\d+)|maj@\d+")
-RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
 
 
-class ResultsError(ValueError):
-    """A result file is malformed, duplicated or inconsistent with the others in its cell."""
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
-        raise ResultsError(f"{path}: cannot read JSON ({exc})") from exc
-    if not isinstance(obj, dict):
-        raise ResultsError(f"{path}: expected a JSON object, got {type(obj).__name__}")
-    return obj
-
-
-def _utf8_names(paths: list[Path]) -> list[Path]:
-    """``paths`` unchanged when every name in them is UTF-8, else ResultsError naming the first that is not
-    (its bytes escaped): a name that is not text cannot label a table row or reach a CSV file."""
-    for path in paths:
-        try:
-            str(path).encode("utf-8")
-        except UnicodeEncodeError:
-            shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            raise ResultsError(
-                f"{shown}: a folder or file name that is not UTF-8; rename it or move it out of the results folder"
-            ) from None
-    return paths
+_read_json, _utf8_names = read_json, utf8_names  # the names this module's readers have always used
 
 
 def eval_files(root: Path) -> list[Path]:
     """Evaluation cell files under ``root/eval`` (sorted, so every output is deterministic); ResultsError
     when a name on the way is not UTF-8."""
     return _utf8_names(sorted(p for p in (root / "eval").glob("**/*.json") if p.is_file()))
-
-
-def run_dirs(root: Path) -> list[Path]:
-    """Training run folders under ``root/runs``: those holding a ``metrics.jsonl``; ResultsError when a
-    name on the way is not UTF-8."""
-    return _utf8_names(sorted(p.parent for p in (root / "runs").glob("**/metrics.jsonl") if p.is_file()))
 
 
 def _counts(cell: dict[str, Any], field: str, metric: str, path: Path) -> tuple[int, int]:
@@ -579,82 +549,39 @@ def find_param(config: dict[str, Any], keys: Iterable[str]) -> Any:
     return None
 
 
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: cannot read ({exc})") from None
-    rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            # A run killed mid-append leaves a torn last line: tolerate that one, nothing else.
-            if lineno == len(lines):
-                break
-            raise ResultsError(f"{path}:{lineno}: bad JSON line ({exc})") from exc
-    return rows
-
-
 def load_runs(
-    root: Path, param_keys: dict[str, Sequence[str]] | None = None
+    root: Path, param_keys: dict[str, Sequence[str]] | None = None, left_out: list[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Training runs: (one row per run, long metrics table one row per run x step x metric).
 
-    Identity comes from ``run.json`` (model, method, seed, tag), falling back to the folder
-    layout ``runs/{model}/{method}/seed{seed}[-{tag}]``; a run.json that names another identity than its
-    folder is ResultsError (``run_dir.identity_problem``: it would relabel the run in the curves and
-    long_runs.csv). ``param_keys`` maps a column name (e.g. ``alpha``) to dotted keys to try in
-    ``run.json``'s ``config``.
+    Every run is read and checked by ``run_records.read_runs``, the one reader of run records: a malformed
+    run.json or metrics.jsonl is ResultsError naming the file, line and field; a failed run is left out of
+    both tables and named in ``left_out`` (printed as a warning when it is None). Identity comes from
+    ``run.json`` (model, method, seed, tag), falling back to the folder layout
+    ``runs/{model}/{method}/seed{seed}[-{tag}]``. ``param_keys`` maps a column name (e.g. ``alpha``) to
+    dotted keys to try in ``run.json``'s ``config``.
     """
-    from pspo_repro.common.run_dir import identity_problem
+    from pspo_repro.analysis.run_records import read_runs
 
     runs, long_rows = [], []
-    for run_dir in run_dirs(root):
-        info = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
-        if info and (why := identity_problem(run_dir, info, run_dir / "run.json")):
-            raise ResultsError(why)
-        match = RUN_DIR_RE.match(run_dir.name)
-        parts = run_dir.relative_to(root / "runs").parts
-        fallback = {
-            "model": parts[0] if len(parts) >= 3 else None,
-            "method": parts[1] if len(parts) >= 3 else None,
-            "seed": int(match["seed"]) if match else None,
-            "tag": (match["tag"] or "") if match else "",
-        }
-        ident = {k: info.get(k, fallback[k]) for k in ("model", "method", "seed", "tag")}
-        if any(ident[k] is None for k in ("model", "method", "seed")):
-            raise ResultsError(f"{run_dir}: cannot tell model/method/seed (no run.json, unexpected layout)")
-        seed = ident["seed"]
-        if isinstance(seed, bool) or not (
-            isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit())
-        ):
-            raise ResultsError(f"{run_dir / 'run.json'}: seed must be a non-negative integer, got {seed!r}")
-        ident["seed"], ident["tag"] = int(seed), ident["tag"] or ""
-        run = {**ident, "status": info.get("status", "unknown"), "run_dir": str(run_dir)}
+    for rec in read_runs(root, left_out):
+        ident = {"model": rec.model, "method": rec.method, "seed": rec.seed, "tag": rec.tag}
+        run = {**ident, "status": rec.status, "run_dir": str(rec.folder)}
         for column, keys in (param_keys or {}).items():
-            run[column] = find_param(info.get("config", {}), keys)
+            run[column] = find_param(rec.info.get("config", {}), keys)
         runs.append(run)
-        for rec in _read_metrics(run_dir / "metrics.jsonl"):
-            if "step" not in rec:
-                raise ResultsError(f"{run_dir / 'metrics.jsonl'}: a line has no 'step'")
-            for metric, value in rec.items():
-                if (
-                    metric in ("step", "num_tokens")
-                    or isinstance(value, bool)
-                    or not isinstance(value, int | float)
-                ):
+        for line in rec.rows:
+            for metric, value in line.items():
+                if metric in ("step", "num_tokens") or value is None:
                     continue
                 long_rows.append(
                     {
                         **ident,
-                        "step": int(rec["step"]),
-                        "num_tokens": rec.get("num_tokens"),
+                        "step": line["step"],
+                        "num_tokens": line.get("num_tokens"),
                         "metric": metric,
                         "value": float(value),
-                        "run_dir": str(run_dir),
+                        "run_dir": str(rec.folder),
                     }
                 )
     runs_df = pd.DataFrame(runs)

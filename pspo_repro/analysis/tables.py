@@ -23,7 +23,7 @@ from pspo_repro.analysis.stats import (
     seed_interval,
     t_interval,
 )
-from pspo_repro.analysis.units import unit_of
+from pspo_repro.analysis.units import unit_of, with_unit
 
 SHORT = "†"  # fewer seeds than the table expects
 NO_CI = "‡"  # one seed under t_seeds: no interval exists
@@ -339,7 +339,7 @@ def main_table(
         ci=ci, confidence=confidence, expected=expected, bold=True, row_header=["Model", "Method"],
     )  # fmt: skip
     return with_caption(
-        table, metric, f"{label} ({{unit}}) at T = {temperature:g}", ci, confidence,
+        table, metric, f"{with_unit(label, unit_of(metric))} at T = {temperature:g}", ci, confidence,
         f"Bold: best mean per column within each model. {SHORT}: fewer seeds than expected; "
         f"{NO_CI}: one seed, no interval.", rows_used(df, datasets, names),
     )  # fmt: skip
@@ -392,7 +392,7 @@ def temperature_table(
         row_header=["Model", "Method", "Dataset"],
     )  # fmt: skip
     return with_caption(
-        table, metric, f"{label} ({{unit}}) against sampling temperature", ci, confidence,
+        table, metric, f"{with_unit(label, unit_of(metric))} against sampling temperature", ci, confidence,
         f"{SHORT}: fewer seeds than expected; {NO_CI}: one seed, no interval.", rows_used(df, datasets, names),
     )  # fmt: skip
 

@@ -57,3 +57,10 @@ def unit_of(metric: str) -> Unit:
     if metric in OTHER_UNITS:
         return OTHER_UNITS[metric]
     raise ValueError(f"no unit known for metric {metric!r}: add it to analysis.units.OTHER_UNITS")
+
+
+def with_unit(label: str, unit: Unit) -> str:
+    """``label (unit)``, or ``label`` unchanged when it already ends with that unit: ``metric_labels``'
+    "Mean completion length (tokens)" is titled once, not "(tokens) (tokens)"."""
+    suffix = f"({unit.unit})"
+    return label if label.rstrip().endswith(suffix) else f"{label} {suffix}"

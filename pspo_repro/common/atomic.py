@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -192,6 +193,13 @@ def write_set(
                     os.unlink(folder / name)
             raise
         stale = sorted(n for n in set(aside) if n not in staged)
+        aside_dir = folder / STALE_DIR
+        if stale and (aside_dir.is_symlink() or (aside_dir.exists() and not aside_dir.is_dir())):
+            for name in staged.values():  # refused before the journal: the previous set stays whole
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(folder / name)
+            raise OSError(errno.ENOTDIR, f"{aside_dir} is not a folder, so the previous set's extra files "
+                          "cannot be set aside there; move or rename it", str(aside_dir))  # fmt: skip
         write_json(folder / SET_JOURNAL, {"run_id": run_id, "files": staged, "aside": stale})
         try:
             recover_set(folder, stale_suffixes)  # the switch itself: journal -> every file in place

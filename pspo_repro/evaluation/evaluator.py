@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,16 @@ from pspo_repro.common.safe_paths import (
     results_path,
     seed_folder,
 )
-from pspo_repro.data.datasets import get_spec, load_benchmark
+from pspo_repro.data.datasets import load_benchmark
 from pspo_repro.data.problems import DataError, Problem
 from pspo_repro.evaluation import metrics
 from pspo_repro.evaluation.metrics import majority_vote
+from pspo_repro.evaluation.settings import (  # the settings checks: their own module, read in one place
+    EvalError,
+    _precheck_argv,
+    sources_of,
+    validate,
+)
 from pspo_repro.scoring import grading
 from pspo_repro.scoring.authors_reward import authors_gsm8k_reward
 
@@ -68,10 +74,6 @@ PASS_KS = metrics.PASS_KS
 CHUNK_SIZE = {"hf": 32, "vllm": 512}
 # Test hook: called after each chunk is appended (fault-injection tests raise from it).
 AFTER_CHUNK_HOOK: Callable[[int], None] | None = None
-
-
-class EvalError(ValueError):
-    """Bad evaluation input; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -304,125 +306,6 @@ def _preset_target(name: str, preset: Path, local: Any) -> Target:
 
         return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
     raise EvalError(f"{preset} names neither path nor hub_id")
-
-
-def _number(key: str, value: Any, kind: type = float) -> Any:
-    """``value`` as a finite number of ``kind`` (int: no fractional part), else a one-line EvalError."""
-    allowed = "an integer" if kind is int else "a number"
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise EvalError(f"{key} must be {allowed}, got {value!r}")
-    try:
-        x = float(value)
-    except ValueError:
-        raise EvalError(f"{key} must be {allowed}, got {value!r}") from None
-    if x != x or x in (float("inf"), float("-inf")) or (kind is int and not x.is_integer()):
-        raise EvalError(f"{key} must be {allowed}, got {value!r}")
-    return int(x) if kind is int else x
-
-
-# Upper bounds checked before anything loads: a typo such as n_samples=1e9 would otherwise pass as an
-# integer, load the model and generate for ever. 1024 samples per prompt is 64 times the paper's 16 and
-# already ~1.3M completions for GSM8K's 1319 prompts (every one is kept in the cell's completions file);
-# 32768 tokens is the longest context of the models this project trains (Qwen2.5's max_position_embeddings).
-# A loadable checkpoint is held to its own context later (``check_context``), still before it loads.
-MAX_SAMPLES = 1024
-MAX_NEW_TOKENS = 32768
-LIMIT_WHY = {
-    "n_samples": " (samples per prompt at T > 0; the paper uses 16)",
-    "max_new_tokens": " (the longest context of this project's models)",
-}
-# Parameter dtypes both backends take (hf's table, and names vLLM reads the same way).
-EVAL_DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-
-
-def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    """``value`` must be one of ``allowed`` (a one-line EvalError naming the key, the value and the list)."""
-    if not isinstance(value, str) or value not in allowed:
-        raise EvalError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def validate(cfg: Any) -> tuple[list[str], list[float]]:
-    """Dataset names and temperatures after checking every setting (raises EvalError)."""
-    datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
-    if not datasets:
-        raise EvalError("eval.datasets is empty")
-    for name in datasets:
-        get_spec(name)  # unknown names list the allowed ones
-    raw_temps = cfg.temperatures if isinstance(cfg.temperatures, Sequence) else [cfg.temperatures]
-    temps = [_number("temperature", t) for t in raw_temps]
-    if not temps:
-        raise EvalError("temperatures is empty")
-    for t in temps:
-        if t < 0:
-            raise EvalError(f"temperature must be >= 0, got {t}")
-    for t in temps:
-        # Cells are filed as T{t:.1f}.json and read back by that name: 0.25 would land in T0.2.json and
-        # pass for a T = 0.2 cell, so a temperature the name cannot hold exactly is refused.
-        if float(f"{t:.1f}") != t:
-            raise EvalError(
-                f"temperature {t:g} cannot be filed exactly (cells are named T{{t:.1f}}.json, it would be "
-                f"T{t:.1f}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
-            )
-    labels = [f"{t:.1f}" for t in temps]
-    if len(set(labels)) != len(labels):
-        raise EvalError(f"temperatures collide at one decimal (file names use T{{t:.1f}}): {temps}")
-    for key, high in (("n_samples", MAX_SAMPLES), ("max_new_tokens", MAX_NEW_TOKENS)):
-        v = _number(key, cfg[key], int)
-        if not 1 <= v <= high:
-            raise EvalError(f"{key} must be a positive integer <= {high}{LIMIT_WHY[key]}, got {cfg[key]!r}")
-    for key in ("chunk_size", "batch_size", "sampling_seed"):
-        if key == "chunk_size" and cfg[key] is None:
-            continue  # the backend's default (CHUNK_SIZE)
-        v = _number(key, cfg[key], int)
-        if v < (0 if key == "sampling_seed" else 1):
-            raise EvalError(
-                f"{key} must be a {'non-negative' if key == 'sampling_seed' else 'positive'} integer, got {v}"
-            )
-    max_model_len = cfg.vllm.get("max_model_len")
-    if max_model_len is not None and _number("vllm.max_model_len", max_model_len, int) < 1:
-        raise EvalError(f"vllm.max_model_len must be a positive integer or null, got {max_model_len}")
-    _check_choice("vllm.dtype", cfg.vllm.get("dtype", "auto"), EVAL_DTYPES)
-    _check_choice("device", cfg.device, DEVICES)
-    if not 0 < _number("top_p", cfg.top_p) <= 1:
-        raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
-    top_k = cfg.eval.get("top_k")
-    if top_k is not None and _number("eval.top_k", top_k, int) < 1:
-        raise EvalError(f"eval.top_k must be a positive integer or null (no top-k filter), got {top_k}")
-    from pspo_repro.data.prompts import TEMPLATES
-
-    if str(cfg.prompt_template) not in TEMPLATES:
-        raise EvalError(
-            f"unknown prompt_template {cfg.prompt_template!r}; allowed: {', '.join(sorted(TEMPLATES))}"
-        )
-    if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
-        raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
-    sources_of(cfg)
-    if not isinstance(cfg.get("allow_foreign_checkpoint", False), bool):
-        raise EvalError(
-            f"allow_foreign_checkpoint must be true or false, got {cfg.allow_foreign_checkpoint!r}"
-        )
-    return datasets, temps
-
-
-def sources_of(cfg: Any) -> dict[str, str]:
-    """``eval.sources``: {dataset: a local .jsonl/.parquet file or a hub id ``owner/name[:config]``} for the
-    datasets read from somewhere other than their default (PSPO_DATA_DIR, else the hub); null entries are
-    the default. A key that is no dataset of the sweep, or a value that is not a string, is an EvalError."""
-    raw = cfg.eval.get("sources") or {}
-    if not isinstance(raw, Mapping):
-        raise EvalError(f"eval.sources must be a mapping of dataset name to a file or hub id, got {raw!r}")
-    datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
-    out = {}
-    for name, value in raw.items():
-        if name not in datasets:
-            raise EvalError(f"eval.sources.{name}: {name!r} is not in eval.datasets ({', '.join(datasets)})")
-        if value is None:
-            continue
-        if not isinstance(value, str) or not value.strip():
-            raise EvalError(f"eval.sources.{name} must be a local file or a hub id, got {value!r}")
-        out[str(name)] = value.strip()
-    return out
 
 
 def top_k_of(cfg: Any) -> int | None:
@@ -915,16 +798,6 @@ def print_table(results: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- CLI
 
 
-def _precheck_argv(argv: list[str]) -> None:
-    """Catch a missing ``eval=<name>`` group file before Hydra (whose error spans several lines)."""
-    for arg in argv:
-        if arg.startswith("eval="):
-            name = arg.split("=", 1)[1]
-            if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
-                allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
-                raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
-
-
 def _hydra_main() -> None:
     import hydra
 
@@ -986,4 +859,8 @@ def main() -> None:
 
     sys.argv = [sys.argv[0], *absolutize_args(rewrite_overrides(sys.argv[1:]))]
     precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
+    from pspo_repro.common.output_dirs import env_folders_problem
+
+    if why := env_folders_problem("eval"):  # before any model loads or cell is started
+        fail(why)
     _hydra_main()

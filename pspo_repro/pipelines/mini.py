@@ -135,8 +135,12 @@ def marker_path(root: Path, stage: str) -> Path:
 
 def _read_record(path: Path) -> dict[str, Any] | None:
     """A JSON object the pipeline wrote (a stage marker, timings.json), or None when there is none; a file
-    that is not one (cut, edited, not UTF-8, another JSON type) is named on stdout and read as None."""
-    if not path.is_file():
+    that is not one (cut, edited, not UTF-8, another JSON type) or a folder in its place is named on stdout
+    and read as None."""
+    if not os.path.lexists(path):
+        return None
+    if not path.is_file():  # check_settings refuses these first; named, never read
+        print(f"[mini] {path} is not a regular file; ignored", flush=True)
         return None
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
@@ -465,6 +469,8 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
         groups.setdefault(tuple(overrides_of(m, t)), []).append(r)
     jobs = []
     for g, (added, folders) in enumerate(groups.items()):
+        # Runs whose cells are all there already need no job (nor their checkpoints: a committed run has none).
+        folders = [r for r in folders if not cells_done(root, r, [*common, *added])]
         # Cost ~ completions per model: 1 greedy + n samples per prompt at each sampled temperature.
         per_model = 1 + _n_samples([*common, *added]) * (_n_temps([*common, *added]) - 1)
         for i in range(parts):
@@ -491,7 +497,7 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     if heldout:
         keys = {o.split("=", 1)[0] for o in heldout}
         held_common = [o for o in common if o.split("=", 1)[0] not in keys] + heldout
-        folders = [r for _, _, r in runs]
+        folders = [r for _, _, r in runs if not cells_done(root, r, held_common)]
         for i in range(parts):
             chunk = folders[i::parts]
             targets = ["run=" + ",".join(_hydra_quote(r) for r in chunk)] if chunk else []
@@ -505,6 +511,31 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
                 ]  # fmt: skip
                 jobs.append(Job(f"eval-heldout-{i}", cmd, float(len(chunk)) * 0.5))
     return jobs, n
+
+
+def _last(overrides: list[str], key: str) -> str | None:
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
+    return found[-1] if found else None
+
+
+def cells_done(root: Path, run: Path, overrides: list[str]) -> bool:
+    """Whether every cell an evaluate call with ``overrides`` would write for ``run`` exists already
+    (``eval=<set>``'s datasets x ``temperatures``; the evaluator itself checks each cell's settings when it
+    runs, so a run with any missing cell gets a job)."""
+    name = _last(overrides, "eval") or "synthetic"
+    spec = CONF_DIR / "eval" / f"{name}.yaml"
+    temps = _last(overrides, "temperatures")
+    if not spec.is_file() or temps is None:
+        return False
+    datasets = [str(d) for d in OmegaConf.load(spec).get("datasets") or []]
+    try:
+        values = [float(t) for t in temps.strip("[]").split(",") if t.strip()]
+    except ValueError:
+        return False
+    rel = run.relative_to(root / "runs")
+    return bool(datasets and values) and all(
+        (root / "eval" / rel / d / f"T{t:.1f}.json").is_file() for d in datasets for t in values
+    )
 
 
 def count_cells(root: Path) -> int:
@@ -755,7 +786,66 @@ def check_settings(cfg: DictConfig) -> list[str]:
         check_file_names(cfg)
     except UnsafePathError as exc:
         raise SettingsError(str(exc)) from None
+    check_output_folders(cfg)
+    check_table_settings(cfg)
+    check_record_paths(mini_root(cfg))
     return wanted
+
+
+LEADERBOARD_KEYS = ("tag", "offpolicy_tag")
+
+
+def check_table_settings(cfg: DictConfig) -> None:
+    """``aggregate.claims`` (null, or a spec file: a path, or one under conf/, as ``claims_cmds`` reads it)
+    and ``aggregate.leaderboard`` (null, or {tag, offpolicy_tag} with run tags, null or "" for none),
+    checked before the training stages rather than after them (SettingsError)."""
+    spec = cfg.aggregate.get("claims")
+    if spec is not None and spec != "":
+        if not isinstance(spec, str):
+            raise SettingsError(
+                f"aggregate.claims must be a spec file (e.g. claims.yaml) or null, got {spec!r}"
+            )
+        path = Path(spec) if Path(spec).is_absolute() else CONF_DIR / spec
+        if not path.is_file():
+            raise SettingsError(f"aggregate.claims={spec!r}: no such file (looked at {path})")
+    board = cfg.aggregate.get("leaderboard")
+    if board is None:
+        return
+    if not OmegaConf.is_dict(board):
+        raise SettingsError(
+            f"aggregate.leaderboard must be null or a mapping with keys {', '.join(LEADERBOARD_KEYS)}, got {board!r}"
+        )
+    for key, tag in board.items():
+        if key not in LEADERBOARD_KEYS:
+            raise SettingsError(
+                f"aggregate.leaderboard.{key}: not a setting; settings: {', '.join(LEADERBOARD_KEYS)}"
+            )
+        if tag is not None and tag != "":
+            try:
+                check_name(f"aggregate.leaderboard.{key}", str(tag), max_len=100)
+            except UnsafePathError as exc:
+                raise SettingsError(str(exc)) from None
+
+
+def check_record_paths(root: Path) -> None:
+    """Every stage marker and ``timings.json`` the pipeline will write is a file or absent: a folder (or
+    anything else) there would fail the write after the stage's work, so it is refused first."""
+    for path in (*(marker_path(root, s) for s in STAGES), root / "timings.json"):
+        if os.path.lexists(path) and not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise SettingsError(f"{path} is {kind}: the pipeline writes its record there; move or remove it")
+
+
+def check_output_folders(cfg: DictConfig) -> None:
+    """The pipeline's root (every stage writes under it) and a set ``PSPO_LOG_DIR`` (its training runs'
+    Hydra logs) can be written (``output_dirs.folder_problem``), else SettingsError in one line."""
+    from pspo_repro.common.output_dirs import env_folders_problem, folder_problem
+
+    if why := env_folders_problem(results=not cfg.get("root")):  # root= set: PSPO_RESULTS_DIR is not read
+        raise SettingsError(why)
+    root = mini_root(cfg)
+    if why := folder_problem(root):
+        raise SettingsError(f"cannot write the pipeline's outputs under root={root}: {why}")
 
 
 def check_file_names(cfg: DictConfig) -> None:

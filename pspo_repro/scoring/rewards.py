@@ -24,6 +24,10 @@ REWARDS: dict[str, RewardFn] = {}
 _FORMAT_RE = re.compile(r"^\s*####\s*\S.*$", re.M)
 
 
+# Rewards that grade one final number (GSM8K's answers): a LaTeX gold (MATH's \frac{1}{2}, \sqrt{2}) scores 0.
+NUMBER_ONLY = frozenset({"gsm8k_numeric", "authors_gsm8k"})
+
+
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
     """Decorator adding a reward under ``name``; a duplicate name raises (no silent overwrite)."""
 

@@ -14,7 +14,6 @@ import contextlib
 import errno
 import fcntl
 import logging
-import math
 import os
 import sys
 import time
@@ -39,72 +38,18 @@ from pspo_repro.common.run_dir import (
     truncate_metrics,
     write_run_json,
 )
+from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
+    check_group_choices,
+    lr_token_budget,
+    validate,
+)
 
 log = logging.getLogger("pspo_repro.train")
 # A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
 WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
-# Config groups a user picks by name on the command line (group=choice).
-CHOICE_GROUPS = (
-    "model",
-    "method",
-    "reward",
-    "data",
-    "trainer",
-    "logger",
-    "paths",
-    "experiment",
-    "hparams_search",
-)
 
 
-# ---------------------------------------------------------------- validation (no torch)
-
-
-def group_options(group: str, extra_dirs: tuple[Path, ...] = ()) -> list[str]:
-    """Names of the ``<group>/*.yaml`` files in ``conf/`` and in ``extra_dirs`` (``hydra.searchpath``)."""
-    return sorted({p.stem for d in (CONF_DIR, *extra_dirs) for p in (d / group).glob("*.yaml")})
-
-
-def searchpath_dirs(argv: list[str]) -> tuple[Path, ...]:
-    """The folders of a ``hydra.searchpath=[file://..., pkg://...]`` override on the command line."""
-    import importlib.util
-
-    dirs: list[Path] = []
-    for arg in argv:
-        key, _, value = arg.lstrip("+").partition("=")
-        if key != "hydra.searchpath":
-            continue
-        for entry in value.strip("[]").split(","):
-            scheme, _, rest = entry.strip().strip("'\"").partition("://")
-            if scheme == "file":
-                dirs.append(Path(rest))
-            elif scheme == "pkg":
-                head, _, tail = rest.partition("/")
-                try:
-                    spec = importlib.util.find_spec(head)
-                except ImportError:  # a missing parent package: Hydra reports it
-                    spec = None
-                if spec and spec.submodule_search_locations:
-                    dirs.append(Path(next(iter(spec.submodule_search_locations))) / tail)
-    return tuple(dirs)
-
-
-def check_group_choices(argv: list[str]) -> None:
-    """Unknown ``group=choice`` on the command line -> UsageError listing the options (Hydra's own error is
-    a multi-line 'Could not find' report)."""
-    extra_dirs = searchpath_dirs(argv)
-    for arg in argv:
-        if "=" not in arg or arg.startswith("-"):
-            continue
-        key, value = arg.split("=", 1)
-        key = key.lstrip("+")
-        if key not in CHOICE_GROUPS or value in ("null", "") or "(" in value:
-            continue  # sweep functions like choice(...)/range(...) are left to Hydra
-        options = group_options(key, extra_dirs)
-        for choice in value.split(","):
-            if choice not in options:
-                raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
-
+# ---------------------------------------------------------------- config transforms (no torch)
 
 VARIANTS = ("intended", "as_run")
 
@@ -168,222 +113,6 @@ def apply_run_length(cfg: DictConfig, overrides: list[str]) -> None:
     t.token_budget = None
     t.max_steps = -1
     t.num_train_epochs = AS_RUN_EPOCHS
-
-
-def lr_token_budget(t: DictConfig) -> int | None:
-    """The token count at which the learning rate reaches 0 (``lr_horizon=run`` with a budget), else None
-    (HF's own schedule over max_steps / num_train_epochs)."""
-    if t.get("token_budget") and t.get("lr_horizon", "run") == "run":
-        return int(t.token_budget)
-    return None
-
-
-def import_plugins(modules) -> None:
-    """Import the ``plugins`` modules (user code that registers methods or rewards) before validation."""
-    import importlib
-
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise UsageError(f"plugins: cannot import {name!r}: {exc}") from None
-
-
-def validate(cfg: DictConfig):
-    """Check everything that can be checked without a model; returns the parsed method config."""
-    import_plugins(cfg.get("plugins") or [])
-    from pspo_repro.methods import list_methods, parse_method_config
-    from pspo_repro.scoring.rewards import get_reward
-
-    if cfg.method.get("name") not in list_methods():
-        raise UsageError(f"unknown method {cfg.method.get('name')!r}; options: {', '.join(list_methods())}")
-    method_cfg = OmegaConf.to_container(cfg.method, resolve=True)
-    try:
-        method = parse_method_config(method_cfg)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    funcs = list(cfg.reward.funcs)
-    if not funcs:
-        raise UsageError("reward.funcs is empty")
-    for name in funcs:
-        try:
-            get_reward(name)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    weights = cfg.reward.get("weights")
-    if weights is not None and len(weights) != len(funcs):
-        raise UsageError(f"reward.weights has {len(weights)} entries for {len(funcs)} reward.funcs")
-    from pspo_repro.data import datasets as data
-
-    try:
-        data.get_spec(cfg.data.name)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    validate_trainer(cfg)
-    validate_flags(cfg)
-    t = cfg.trainer
-    G = t.num_generations
-    if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % G:
-        raise UsageError(
-            f"per_device_train_batch_size x gradient_accumulation_steps must be divisible by num_generations={G}"
-        )
-    if t.eval_steps and t.save_steps != t.eval_steps:
-        # HF keeps the best checkpoint only if the best validation step was saved: with save_steps a larger
-        # multiple of eval_steps a best validation between saves leaves no best checkpoint (or a stale one).
-        raise UsageError(
-            f"trainer.save_steps={t.save_steps} must equal trainer.eval_steps={t.eval_steps}: every validation"
-            " must be a saved checkpoint for best-checkpoint selection"
-        )
-    # Resume regenerates the buffered rollout; it is exact only at a generation boundary.
-    spg = t.steps_per_generation or t.gradient_accumulation_steps
-    cycle = spg * method.num_iterations / t.gradient_accumulation_steps
-    for key in ("save_steps", "stop_after_step"):
-        v = t.get(key)
-        if v and cycle >= 1 and v % cycle:
-            raise UsageError(
-                f"trainer.{key}={v} must be a multiple of {cycle:g} (one rollout reused num_iterations times)"
-            )
-    if t.token_budget is None and (t.max_steps is None or t.max_steps <= 0) and not t.num_train_epochs:
-        raise UsageError("set trainer.token_budget, trainer.max_steps or trainer.num_train_epochs")
-    if lr_token_budget(t) and t.lr_scheduler_type != "linear":
-        raise UsageError(
-            f"trainer.lr_horizon=run decays linearly to 0 at the token budget; trainer.lr_scheduler_type="
-            f"{t.lr_scheduler_type} needs trainer.lr_horizon=epochs (or trainer.token_budget=null)"
-        )
-    return method
-
-
-def _num(key: str, value: Any, kind: type = float, *, low: float, high: float | None = None,
-         low_open: bool = False, null: bool = False) -> None:  # fmt: skip
-    """``value`` must be a finite number of ``kind`` in the range given (or null when ``null``), else
-    UsageError naming the key, the value and the range. Infinity is not a number for any setting; an integer
-    setting takes an integer (Hydra reads ``seed=abc`` or ``trainer.max_steps=abc`` as a string)."""
-
-    def show(x: float) -> str:
-        return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-    rng = f"{'(' if low_open else '['}{show(low)}, {'inf)' if high is None else f'{show(high)}]'}"
-    what = f"{'an integer' if kind is int else 'a number'} in {rng}" + (" or null" if null else "")
-    if value is None:
-        if null:
-            return
-        raise UsageError(f"{key} must be {what}, got null")
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and kind is int:
-        ok = float(value).is_integer()
-    if ok:
-        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
-    if not ok:
-        raise UsageError(f"{key} must be {what}, got {value!r}")
-
-
-# Settings that are booleans. Hydra passes ``trainer.eval_on_start=maybe`` (or ``yes``, ``1``) through as
-# that string or number, which ``bool()`` reads as true: only true and false are accepted.
-BOOL_KEYS = (
-    "dry_run",
-    "trainer.eval_on_start",
-    "trainer.mask_truncated_completions",
-    "trainer.gradient_checkpointing",
-    "trainer.log_completions",
-    "trainer.disable_tqdm",
-    "trainer.use_vllm",
-    "trainer.vllm_importance_sampling_correction",
-    "trainer.skip_nonfinite",
-    "model.random_init",
-    "model.trust_remote_code",
-)
-_ABSENT = object()
-
-
-def validate_flags(cfg: DictConfig) -> None:
-    """Boolean settings are true or false (``trainer.bf16`` also ``auto``), and ``trainer.eval_on_start``
-    needs validation to be on; a key a config does not have is left alone."""
-    for key in BOOL_KEYS:
-        value = OmegaConf.select(cfg, key, default=_ABSENT)
-        if value is not _ABSENT and not isinstance(value, bool):
-            raise UsageError(f"{key} must be true or false, got {value!r}")
-    bf16 = cfg.trainer.get("bf16", "auto")
-    if bf16 != "auto" and not isinstance(bf16, bool):
-        raise UsageError(f"trainer.bf16 must be auto, true or false, got {bf16!r}")
-    if cfg.trainer.get("eval_on_start") and not cfg.trainer.get("eval_steps"):
-        # HF validates only with an eval strategy: the step-0 point would silently not be logged.
-        raise UsageError(
-            "trainer.eval_on_start=true needs validation, but trainer.eval_steps=null means no validation; "
-            "set trainer.eval_steps or trainer.eval_on_start=false"
-        )
-
-
-# TRL's advantage scaling (GRPOConfig.scale_rewards): group divides R - mean by the group's std (TRL's default,
-# what the authors' code ran), batch by the batch's, none not at all (the paper text's A = R - mean R).
-SCALE_REWARDS = ("group", "batch", "none")
-
-
-def validate_trainer(cfg: DictConfig) -> None:
-    """Ranges of the trainer, data and model settings, checked before anything loads or is written."""
-    from pspo_repro.data.prompts import TEMPLATES
-
-    t = cfg.trainer
-    _num("seed", cfg.get("seed"), int, low=0, high=2**32 - 1)  # numpy's and torch's seed range
-    _num("trainer.learning_rate", t.learning_rate, low=0, low_open=True)
-    _num("trainer.temperature", t.temperature, low=0, low_open=True)
-    _num("trainer.top_p", t.top_p, low=0, high=1, low_open=True)
-    _num("trainer.beta", t.beta, low=0)
-    _num("trainer.num_generations", t.num_generations, int, low=2)  # group advantages need G >= 2
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length"):
-        _num(f"trainer.{key}", t[key], int, low=1)
-    for key in ("max_prompt_length", "eval_steps", "steps_per_generation", "per_device_eval_batch_size"):
-        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
-    _num("trainer.save_steps", t.save_steps, int, low=1)
-    _num("trainer.token_budget", t.token_budget, int, low=1, null=True)
-    _num("trainer.max_steps", t.get("max_steps"), int, low=-1, null=True)  # <= 0: num_train_epochs decides
-    _num("trainer.num_train_epochs", t.get("num_train_epochs"), low=0, null=True)
-    _num("trainer.warmup_steps", t.get("warmup_steps", 0), int, low=0)
-    _num("trainer.weight_decay", t.get("weight_decay", 0.0), low=0)
-    # 0 turns norm clipping off (HF); null is refused: HF compares it with 0 at the first optimizer step.
-    _num("trainer.max_grad_norm", t.get("max_grad_norm"), low=0)
-    _num("trainer.logging_steps", t.get("logging_steps", 1), int, low=1)
-    for key in ("eval_limit", "stop_after_step", "save_total_limit", "num_generations_eval"):
-        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
-    _num("trainer.vllm_gpu_memory_utilization", t.get("vllm_gpu_memory_utilization", 0.3), low=0, high=1,
-         low_open=True)  # fmt: skip
-    _num("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
-    _num("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
-    if t.get("scale_rewards", "group") not in SCALE_REWARDS:
-        raise UsageError(
-            f"trainer.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {t.scale_rewards!r}"
-        )
-    if t.vllm_mode not in ("colocate", "server"):
-        raise UsageError(f"trainer.vllm_mode must be colocate or server, got {t.vllm_mode!r}")
-    if cfg.data.prompt_template not in TEMPLATES:
-        raise UsageError(
-            f"unknown data.prompt_template {cfg.data.prompt_template!r}; options: {', '.join(sorted(TEMPLATES))}"
-        )
-    from pspo_repro.training.models import train_dtype_name
-
-    try:
-        train_dtype_name(cfg.model)  # fp32 master weights unless model.train_dtype opts out
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    for key in ("path", "tokenizer"):
-        value = cfg.model.get(key)
-        # a local folder must exist (a tokenizer may also be a hub id: no slash-led or dotted path)
-        if value and (key == "path" or str(value).startswith(("/", ".", "~"))):
-            if not Path(str(value)).expanduser().is_dir():
-                raise UsageError(f"model.{key}={value} is not a folder (a local model folder is expected)")
-    if cfg.model.get("path"):
-        # Weights load as safetensors only: a folder with a pickled checkpoint is refused here, before
-        # the run folder exists, not as a traceback from from_pretrained after run.json says "running".
-        from pspo_repro.common.run_dir import _safetensors_problem
-
-        folder = Path(str(cfg.model.path)).expanduser()
-        shards = sorted(folder.glob("*.safetensors"))
-        if not shards:
-            raise UsageError(
-                f"model.path={cfg.model.path} has no *.safetensors weights (pickled weights are not loaded)"
-            )
-        for shard in shards:
-            if why := _safetensors_problem(shard):
-                raise UsageError(f"model.path={cfg.model.path}: {why}")
 
 
 def load_data(cfg: DictConfig):
@@ -901,6 +630,10 @@ def main() -> None:
     from pspo_repro.common.cli import precheck_overrides
 
     precheck_overrides(CONF_DIR, "train", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
+    from pspo_repro.common.output_dirs import env_folders_problem
+
+    if why := env_folders_problem("runs"):  # before Hydra makes its log folder or a run folder is made
+        fail(why)
     import hydra
 
     hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(_task)()

@@ -83,8 +83,10 @@ def write_run(
     lines = []
     for i, reward in enumerate(rewards):
         step = 100 * i
-        lines.append({"step": step, "num_tokens": 1000 * step + seed, "train/loss": 0.1})
-        lines.append({"step": step, "num_tokens": 1000 * step + seed, "eval/reward": reward})
+        # one line per step, training and validation merged (callbacks.MetricsJsonlCallback)
+        lines.append(
+            {"step": step, "num_tokens": 1000 * step + seed, "train/loss": 0.1, "eval/reward": reward}
+        )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return run_dir
 

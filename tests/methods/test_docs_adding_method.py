@@ -22,6 +22,7 @@ from pspo_repro.common.cli import UsageError, compose_config, compose_error
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT
 from pspo_repro.methods import RESERVED_KEYS, get_spec, list_methods, parse_method_config, registry
 from pspo_repro.training import grpo as train
+from pspo_repro.training import settings
 
 DOC = PROJECT_ROOT / "docs" / "adding_a_method.md"
 NAME = "my_spo"
@@ -96,13 +97,13 @@ def test_plugin_hooks_find_the_users_method_and_config(user_project):
     with pytest.raises(UsageError, match="unknown method 'my_spo'"):
         train.check_group_choices([o for o in ov if not o.startswith("hydra.searchpath")])
     assert compose_error(CONF_DIR, "train", ov) is None
-    assert train.searchpath_dirs(ov) == (user_project / "my_conf",)
-    assert train.searchpath_dirs(["hydra.searchpath=[pkg://pspo_repro/methods]"]) == (
+    assert settings.searchpath_dirs(ov) == (user_project / "my_conf",)
+    assert settings.searchpath_dirs(["hydra.searchpath=[pkg://pspo_repro/methods]"]) == (
         PROJECT_ROOT / "pspo_repro" / "methods",
     )
-    assert train.searchpath_dirs(["hydra.searchpath=[pkg://no_such_pkg_xyz.conf]"]) == ()
+    assert settings.searchpath_dirs(["hydra.searchpath=[pkg://no_such_pkg_xyz.conf]"]) == ()
     with pytest.raises(UsageError, match="plugins: cannot import 'no_such_plugin_xyz'"):
-        train.import_plugins(["no_such_plugin_xyz"])
+        settings.import_plugins(["no_such_plugin_xyz"])
 
 
 def test_docs_command_validates_from_the_command_line(user_project, tmp_path):

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from pspo_repro.common.cli import UsageError
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.training import grpo as train
+from pspo_repro.training import settings
 from pspo_repro.training.models import load_model, load_tokenizer, resolve_dtype, train_dtype_name
 from pspo_repro.training.precision import build_trainer, changed_fraction
 
@@ -75,8 +76,8 @@ def test_low_precision_training_dtype_is_refused_in_one_line(results_root, dtype
         train.run(cfg, [f"model.dtype={dtype}"])
     assert not results_root.exists()
     with pytest.raises(UsageError, match=r"model\.train_dtype must be null or one of"):
-        train.validate_trainer(_compose(["model=tiny", "model.train_dtype=int8"]))
-    train.validate_trainer(_compose(["model=tiny", f"model.dtype={dtype}", f"model.train_dtype={dtype}"]))
+        settings.validate_trainer(_compose(["model=tiny", "model.train_dtype=int8"]))
+    settings.validate_trainer(_compose(["model=tiny", f"model.dtype={dtype}", f"model.train_dtype={dtype}"]))
 
 
 @pytest.mark.slow

@@ -1,0 +1,229 @@
+"""The one reader of training run records (``run.json``, ``metrics.jsonl``) for every analysis command.
+
+aggregate (through ``results_io.load_runs``), regime, claims and the leaderboard read runs here and nowhere
+else, so each gets the same checks, as evaluation cells get ``results_io.cell_problem``'s. The files are
+untrusted (hand-edited, cut by a kill, written by another version): a problem that would change a table
+number without a word raises :class:`~pspo_repro.analysis.results_io.ResultsError` in one line naming the
+file (and line) and the field:
+
+- metrics.jsonl: a line that is blank, not JSON (a torn line: tolerated as the last line of a run that is
+  not finished, and named), or not an object; a ``step`` missing, not an integer, negative or repeated; a
+  value that is not a finite number or null (``NaN``, ``Infinity``, text, a boolean, a list: training
+  writes a non-finite value as null, so a NaN gradient norm is an edit, never "not clipped");
+- run.json: an identity that disagrees with its folder (``run_dir.identity_problem``), a seed that is not
+  an integer, a ``status`` other than running / finished / failed, a ``config``, ``config.method`` or
+  ``config.trainer`` that is not a mapping, a ``config.trainer.max_grad_norm`` training would refuse
+  (negative, text, not finite);
+- a method folder that names no registered method (``conf/method/<name>.yaml``, the registry's names).
+
+A run whose status is ``failed`` is left out of every table (its runs row and its metrics alike, so seed
+counts agree) and named in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pspo_repro.analysis.result_files import ResultsError, read_json, utf8_names
+from pspo_repro.common.paths import CONF_DIR
+
+RUN_STATUSES = ("running", "finished", "failed")
+RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One training run as read and checked: where it is, its identity, run.json and metrics lines."""
+
+    folder: Path
+    model: str
+    method: str
+    seed: int
+    tag: str
+    status: str  # "unknown" when there is no run.json (or it records none)
+    info: dict[str, Any]  # run.json ({} when absent)
+    rows: list[dict[str, Any]]  # metrics.jsonl, one checked object per line
+
+    @property
+    def max_grad_norm(self) -> float:
+        """The gradient-norm clipping threshold it trained with (``inf``: no clipping, as 0 or null mean)."""
+        return max_grad_norm(self.info)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Training run folders under ``root/runs``: those holding a ``metrics.jsonl``; ResultsError when a
+    name on the way is not UTF-8."""
+    return utf8_names(sorted(p.parent for p in (root / "runs").glob("**/metrics.jsonl") if p.is_file()))
+
+
+def registered_methods() -> list[str]:
+    """The method names a run folder may have: ``conf/method/<name>.yaml`` (equal to the registry's keys,
+    ``tests/methods/test_method_configs.py``), read without importing torch."""
+    return sorted(p.stem for p in (CONF_DIR / "method").glob("*.yaml"))
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def info_problem(info: dict[str, Any]) -> str | None:
+    """Why a run.json's fields cannot be read into a table (None: they can); the identity is
+    ``run_dir.identity_problem``'s."""
+    seed = info.get("seed")
+    if seed is not None and (
+        isinstance(seed, bool) or not (isinstance(seed, int) or (isinstance(seed, str) and seed.isdigit()))
+    ):
+        return f"seed must be a non-negative integer, got {seed!r}"
+    status = info.get("status")
+    if status is not None and status not in RUN_STATUSES:
+        return f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}"
+    config = info.get("config")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        return f"config must be a mapping, got {type(config).__name__} {config!r}"
+    for key in ("method", "trainer"):
+        if key in config and not isinstance(config[key], dict):
+            return f"config.{key} must be a mapping, got {type(config[key]).__name__} {config[key]!r}"
+    norm = (config.get("trainer") or {}).get("max_grad_norm")
+    if norm is not None and not (_is_num(norm) and norm >= 0):
+        return (
+            f"config.trainer.max_grad_norm={norm!r} is not what training takes (a finite number >= 0 or null)"
+        )
+    return None
+
+
+def max_grad_norm(info: dict[str, Any]) -> float:
+    """``config.trainer.max_grad_norm`` of a checked run.json; ``inf`` when 0, null or absent (no clipping)."""
+    norm = ((info.get("config") or {}).get("trainer") or {}).get("max_grad_norm")
+    return float(norm) if norm else math.inf
+
+
+def read_info(path: Path) -> dict[str, Any]:
+    """A run.json read and checked (``info_problem``); ResultsError naming the file and field."""
+    info = read_json(path)
+    if why := info_problem(info):
+        raise ResultsError(f"{path}: {why}")
+    return info
+
+
+def _line_problem(obj: Any) -> str | None:
+    if not isinstance(obj, dict):
+        return f"a JSON {type(obj).__name__}, not an object"
+    step = obj.get("step", None)
+    if "step" not in obj:
+        return "no 'step'"
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f"step={step!r} is not an integer >= 0"
+    tokens = obj.get("num_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
+        return f"num_tokens={tokens!r} is not an integer >= 0"
+    for key, value in obj.items():
+        if value is not None and not _is_num(value):
+            return f"{key}={value!r} is not a finite number or null (training writes a value it could not compute as null)"
+    return None
+
+
+def read_metrics(path: Path, finished: bool = True, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The lines of a metrics.jsonl, each checked (module docstring); ResultsError ``<file>:<line>: ...``.
+
+    A torn last line (a kill mid-append) is dropped, with a line in ``notes``, only when the run is not
+    ``finished``: a finished run wrote every line whole (printed as a warning when ``notes`` is None)."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read ({exc})") from None
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    rows: list[dict[str, Any]] = []
+    seen: dict[int, int] = {}
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            raise ResultsError(
+                f"{path}:{lineno}: a blank line (metrics.jsonl holds one JSON object per line)"
+            )
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if lineno == len(lines) and not finished:
+                note = f"{path}:{lineno}: a torn last line (a kill mid-append) of an unfinished run; left out"
+                if notes is not None:
+                    notes.append(note)
+                else:
+                    print(f"warning: {note}", file=sys.stderr, flush=True)
+                break
+            raise ResultsError(f"{path}:{lineno}: bad JSON line ({exc})") from None
+        if why := _line_problem(obj):
+            raise ResultsError(f"{path}:{lineno}: {why}")
+        if obj["step"] in seen:
+            raise ResultsError(
+                f"{path}:{lineno}: step {obj['step']} repeats line {seen[obj['step']]}'s (each step is logged once)"
+            )
+        seen[obj["step"]] = lineno
+        rows.append(obj)
+    return rows
+
+
+def read_run(folder: Path, root: Path | None = None, notes: list[str] | None = None) -> RunRecord:
+    """One run folder (holding ``metrics.jsonl``) read and checked; identity from run.json, else from the
+    layout ``runs/{model}/{method}/seed{seed}[-{tag}]`` below ``root``."""
+    from pspo_repro.common.run_dir import identity_problem
+
+    info_path = folder / "run.json"
+    info = read_info(info_path) if info_path.is_file() else {}
+    if info and (why := identity_problem(folder, info, info_path)):
+        raise ResultsError(why)
+    match = RUN_DIR_RE.match(folder.name)
+    try:
+        parts = folder.relative_to(root / "runs").parts if root is not None else folder.parts[-3:]
+    except ValueError:
+        parts = folder.parts[-3:]
+    fallback = {
+        "model": parts[0] if len(parts) >= 3 else None,
+        "method": parts[1] if len(parts) >= 3 else None,
+        "seed": int(match["seed"]) if match else None,
+        "tag": (match["tag"] or "") if match else "",
+    }
+    ident = {k: info.get(k, fallback[k]) for k in ("model", "method", "seed", "tag")}
+    if any(ident[k] is None for k in ("model", "method", "seed")):
+        raise ResultsError(f"{folder}: cannot tell model/method/seed (no run.json, unexpected layout)")
+    method_folder = folder.parent.name  # where it is filed (identity_problem: run.json agrees with it)
+    known = registered_methods()
+    if method_folder not in known:
+        raise ResultsError(
+            f"{folder}: method folder {method_folder!r} is not a registered method; registered: {', '.join(known)}"
+        )
+    status = info.get("status") or "unknown"
+    rows = read_metrics(folder / "metrics.jsonl", finished=status == "finished", notes=notes)
+    return RunRecord(folder, str(ident["model"]), str(ident["method"]), int(ident["seed"]), ident["tag"] or "",
+                     status, info, rows)  # fmt: skip
+
+
+def read_runs(root: Path, left_out: list[str] | None = None) -> list[RunRecord]:
+    """Every run under ``root/runs`` (folders holding a metrics.jsonl), read and checked, sorted by folder.
+
+    A ``failed`` run is left out; it and any torn last line dropped are named in ``left_out`` (when given)
+    or printed as ``warning:`` lines, never passed over in silence."""
+    notes: list[str] = []
+    out = []
+    for folder in run_dirs(root):
+        run = read_run(folder, root, notes)
+        if run.status == "failed":
+            why = run.info.get("error")
+            notes.append(
+                f"{folder}: status failed{f' ({why})' if isinstance(why, str) and why else ''}; left out of every table"
+            )
+            continue
+        out.append(run)
+    if left_out is not None:
+        left_out.extend(notes)
+    else:
+        for line in notes:
+            print(f"warning: {line}", file=sys.stderr, flush=True)
+    return out
