@@ -486,7 +486,10 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
             ]  # fmt: skip
             jobs.append(Job(name, cmd, float(len(chunk) * per_model)))
     n = len(runs)
-    if cfg.eval.baseline:
+    # The base model's cells are filed under eval/<model>/baseline/seed0 (a committed one names the SFT folder
+    # of the machine that made it: reused as it is, never re-evaluated against another path).
+    base_cells = root / "eval" / MODEL_NAME / "baseline" / "seed0"
+    if cfg.eval.baseline and not cells_done(root, base_cells, [*common, *extra.get("baseline", [])]):
         added = extra.get("baseline", [])
         cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *common, *added]
         jobs.append(Job("eval-baseline", cmd, float(1 + _n_samples([*common, *added]))))
@@ -501,7 +504,7 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
         for i in range(parts):
             chunk = folders[i::parts]
             targets = ["run=" + ",".join(_hydra_quote(r) for r in chunk)] if chunk else []
-            if i == parts - 1 and cfg.eval.baseline:  # the baseline in the last part (a separate call)
+            if i == parts - 1 and cfg.eval.baseline and not cells_done(root, base_cells, held_common):
                 cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={MODEL_NAME}", *held_common]
                 jobs.append(Job("eval-heldout-baseline", cmd, 0.5))
             if targets:
@@ -532,7 +535,7 @@ def cells_done(root: Path, run: Path, overrides: list[str]) -> bool:
         values = [float(t) for t in temps.strip("[]").split(",") if t.strip()]
     except ValueError:
         return False
-    rel = run.relative_to(root / "runs")
+    rel = run.relative_to(root / "runs") if run.is_relative_to(root / "runs") else run.relative_to(root / "eval")
     return bool(datasets and values) and all(
         (root / "eval" / rel / d / f"T{t:.1f}.json").is_file() for d in datasets for t in values
     )
