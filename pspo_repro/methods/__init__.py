@@ -38,6 +38,7 @@ from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
 from pspo_repro.methods.registry import (
     OPTIONAL_INPUTS,
     RESERVED_KEYS,
+    ROLLOUT_KEYS,
     MethodConfig,
     get_method,
     get_spec,
@@ -54,6 +55,7 @@ __all__ = [
     "LOG_RATIO_CLAMP",
     "OPTIONAL_INPUTS",
     "RESERVED_KEYS",
+    "ROLLOUT_KEYS",
     "MethodConfig",
     "MethodOutput",
     "aggregate",

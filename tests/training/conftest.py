@@ -31,7 +31,8 @@ def compute_loss_bare():
     one process, the prepared log-probs as a leaf tensor in place of the model's) plus ``attrs``, runs
     ``_compute_loss`` and backward, and returns ``(loss, d loss / d logp, logged train metrics, inputs)``.
 
-    ``is_ratio``: vLLM's token importance-sampling ratio (turns ``use_vllm`` and its correction on);
+    ``is_ratio``: a token importance-sampling weight, as TRL's vLLM ratio (turns TRL's ``use_vllm`` and its
+    correction on) and as this trainer's rollout-correction weight (``rollout_is_weights``);
     ``num_items``: the ``num_items_in_batch`` input, left out when None.
     """
 
@@ -67,8 +68,8 @@ def compute_loss_bare():
         }
         if num_items is not None:
             inputs["num_items_in_batch"] = num_items
-        if is_ratio is not None:
-            inputs["importance_sampling_ratio"] = is_ratio
+        if is_ratio is not None:  # TRL reads its vLLM ratio; this trainer, the rollout correction's weights
+            inputs["importance_sampling_ratio"] = inputs["rollout_is_weights"] = is_ratio
         loss = trainer._compute_loss(None, inputs)
         loss.backward()
         return loss.detach(), leaf.grad, trainer._metrics["train"], inputs
