@@ -202,7 +202,6 @@ def validate(cfg: DictConfig):
         method = parse_method_config(method_cfg)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    method = method._replace(rollout_correction=effective_rollout_correction(cfg, method))
     funcs = list(cfg.reward.funcs)
     if not funcs:
         raise UsageError("reward.funcs is empty")
@@ -251,7 +250,7 @@ def validate(cfg: DictConfig):
             f"trainer.lr_horizon=run decays linearly to 0 at the token budget; trainer.lr_scheduler_type="
             f"{t.lr_scheduler_type} needs trainer.lr_horizon=epochs (or trainer.token_budget=null)"
         )
-    return method
+    return method._replace(rollout_correction=effective_rollout_correction(cfg, method))
 
 
 def effective_rollout_correction(cfg: DictConfig, method):

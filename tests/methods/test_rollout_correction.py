@@ -40,7 +40,9 @@ def verl_is_weights(log_ratio, mask, level, threshold, batch_normalize=False):
     if level == "token":
         raw = torch.exp(log_ratio.clamp(-SAFETY, SAFETY))
     else:
-        raw = torch.exp(_masked_sum(log_ratio, mask, -1).unsqueeze(-1).clamp(-SAFETY, SAFETY)).expand_as(log_ratio)
+        raw = torch.exp(_masked_sum(log_ratio, mask, -1).unsqueeze(-1).clamp(-SAFETY, SAFETY)).expand_as(
+            log_ratio
+        )
     raw = raw * mask
     if lower is None:
         w = raw.clamp(max=upper)
@@ -200,7 +202,9 @@ def test_is_and_rejection_together_as_verl_decoupled_geo_rs_token_tis():
     spec = rc.parse_rollout_correction(["token_tis", "seq_mean_k1"], [None, "0.99_1.01"])
     out = rc.apply_correction(spec, lr, mask)
     torch.testing.assert_close(out.weights, verl_is_weights(lr, mask, "token", 2.0))
-    torch.testing.assert_close(mask * out.keep.float(), verl_rejection_mask(lr, mask, "seq_mean_k1", "0.99_1.01"))
+    torch.testing.assert_close(
+        mask * out.keep.float(), verl_rejection_mask(lr, mask, "seq_mean_k1", "0.99_1.01")
+    )
     assert 0 < out.metrics["rs_masked_frac"].item() < 1
 
 
@@ -208,7 +212,9 @@ def test_is_and_rejection_together_as_verl_decoupled_geo_rs_token_tis():
 def test_seq_mis_default_is_trls_vllm_sequence_mask(seed):
     trainer, sampler, mask = mismatch_batch(seed, spread=0.5)
     sampler[3, 0] = float("nan")  # a token vLLM could not score: ratio 1 there, as TRL
-    out = rc.apply_correction(rc.parse_rollout_correction("seq_mis"), rc.rollout_log_ratio(trainer, sampler, mask), mask)
+    out = rc.apply_correction(
+        rc.parse_rollout_correction("seq_mis"), rc.rollout_log_ratio(trainer, sampler, mask), mask
+    )
     ref = trl_sequence_mask_ratio(trainer, sampler, mask).expand_as(mask) * mask
     torch.testing.assert_close(out.weights, ref)
     assert 0 < out.metrics["is_seq_masked_frac"].item() < 1
@@ -229,7 +235,9 @@ def test_batch_normalize_sums_across_processes():
     spec = rc.parse_rollout_correction("token_tis", None, True)
     whole = rc.apply_correction(spec, lr, mask).weights
     halves = [(lr[:8], mask[:8]), (lr[8:], mask[8:])]
-    totals = sum(torch.stack([(rc.importance_weights(x, m, spec.is_step)[0] * m).sum(), m.sum()]) for x, m in halves)
+    totals = sum(
+        torch.stack([(rc.importance_weights(x, m, spec.is_step)[0] * m).sum(), m.sum()]) for x, m in halves
+    )
     parts = [rc.apply_correction(spec, x, m, reduce_sum=lambda _t: totals).weights for x, m in halves]
     torch.testing.assert_close(torch.cat(parts), whole)
 
@@ -296,7 +304,10 @@ def test_method_config_carries_the_axis_and_defaults_to_none():
     assert parse_method_config(base).rollout_correction == rc.NONE
     cfg = parse_method_config({**base, "rollout_correction": ["token_tis", "seq_max_k2"],
                                "rollout_correction_threshold": [None, 0.01]})  # fmt: skip
-    assert cfg.rollout_correction.steps == (rc.Step("token_tis", None, 2.0), rc.Step("seq_max_k2", None, 0.01))
+    assert cfg.rollout_correction.steps == (
+        rc.Step("token_tis", None, 2.0),
+        rc.Step("seq_max_k2", None, 0.01),
+    )
     assert cfg.params == parse_method_config(base).params  # not a hyperparameter of the method
 
 
