@@ -31,9 +31,9 @@ ROLLOUT_KEYS: dict[str, Any] = {
     "rollout_correction_threshold": None,
     "rollout_correction_batch_normalize": False,
 }
-# Optional tensor inputs (keyword default None). ``importance_sampling_ratio``: TRL's vLLM importance-sampling
-# correction [B, T]; a method that takes it applies it itself (VESPO, as TRL), and the trainer then does not
-# multiply the per-token loss by it.
+# Optional tensor inputs (keyword default None). ``importance_sampling_ratio``: the rollout correction's token IS
+# weight [B, T] (``methods.rollout_correction``); a method that takes it applies it itself (VESPO, as TRL with
+# vLLM's ratio), and the trainer then does not multiply the per-token loss by it.
 OPTIONAL_INPUTS = ("importance_sampling_ratio",)
 
 
