@@ -8,11 +8,13 @@ Usage (the trainer)::
                      accumulation_steps=...)
 
 ``method_extra_inputs(name)`` names the extra tensors a method needs (top-K DPPO only);
-``method_optional_inputs(name)`` those it takes when the trainer has them (VESPO's importance_sampling_ratio).
+``method_optional_inputs(name)`` those it takes when the trainer has them (VESPO's importance_sampling_ratio,
+ASPO's and Archer's entropies).
 """
 
 # Importing the method modules registers them (order irrelevant: names are unique).
 from pspo_repro.methods import (  # noqa: F401
+    aspo,
     cispo,
     clip,
     cov,

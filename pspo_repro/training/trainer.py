@@ -82,6 +82,7 @@ class MethodGRPOTrainer(GRPOTrainer):
     # Tests only: ``hook(trainer, batch) -> [B, T]`` sampler log-probs for a batch whose generation returned
     # none (transformers' generate on CPU), e.g. from a perturbed copy of the policy; None: vLLM's or nothing.
     sampler_logps_hook: Callable[[Any, dict], torch.Tensor] | None = None
+    _method_takes_entropy: bool = False  # set in __init__: the method takes ``entropies`` (ASPO, Archer)
 
     def __init__(
         self,
@@ -118,6 +119,8 @@ class MethodGRPOTrainer(GRPOTrainer):
         self._topk = int(self._method_params["topk"]) if "topk_logps" in needs else None
         # VESPO folds the rollout correction's IS weight into its sequence weight instead of multiplying the loss
         self._method_takes_is = "importance_sampling_ratio" in method_optional_inputs(method_name)
+        # ASPO / Archer split tokens by the current policy's entropy, which the forward pass computes anyway
+        self._method_takes_entropy = "entropies" in method_optional_inputs(method_name)
         self.rollout_correction = rollout_correction
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
@@ -318,6 +321,8 @@ class MethodGRPOTrainer(GRPOTrainer):
         is_weights = inputs.get("rollout_is_weights")
         if self._method_takes_is and is_weights is not None:
             extra["importance_sampling_ratio"] = is_weights
+        if self._method_takes_entropy:
+            extra["entropies"] = entropies.detach()
         out = self._method(logps, old_logps, advantages, mask, **extra, **self._method_params)
         per_token_loss = out.per_token_loss
 
