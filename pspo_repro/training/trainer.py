@@ -12,10 +12,11 @@ The formula is ``get_method(name)`` and the reduction ``aggregate(..., loss_agg)
 Rollout correction (``methods.rollout_correction``) replaces TRL's vLLM importance-sampling correction (TRL's
 own is off in ``GRPOConfig``): at rollout, where the sampler's log-probs exist (vLLM's
 ``sampling_per_token_logps``, or ``sampler_logps_hook`` in tests), the trainer's log-probs of the same tokens
-are computed if TRL did not store them, the mismatch is logged (``rollout_corr/*``) and the correction's
-weights and kept tokens are stored with the batch. In the loss, rejected tokens leave the mask (as verl's
-``response_mask``) and the per-token loss is multiplied by the detached IS weight (passed to the method
-instead when it takes ``importance_sampling_ratio``: VESPO, as TRL does with vLLM's ratio).
+are computed if TRL did not store them (not stored: the loss path stays TRL's), the mismatch is logged
+(``rollout_corr/*``) and the correction's weights and kept tokens are stored with the batch. In the loss,
+rejected tokens leave the mask (as verl's ``response_mask``) and the per-token loss is multiplied by the
+detached IS weight (passed to the method instead when it takes ``importance_sampling_ratio``: VESPO, as TRL
+does with vLLM's ratio).
 Generation, rewards, advantages, batching, vLLM and accelerate/DeepSpeed stay TRL's.
 
 Top-K DPPO: TRL's generate path does not return scores, so the sampling policy's top-K log-probs are
@@ -177,9 +178,10 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         batch = super()._generate_and_score_completions(inputs)
+        # the correction first: top-K then replaces any stored old log-probs by its full-logits ones (its mu)
+        self._rollout_correct(batch)
         if self._topk is not None:
             batch.update(self._rollout_topk(batch))
-        self._rollout_correct(batch)
         return batch
 
     # ------------------------------------------------------------------ rollout correction
@@ -193,8 +195,10 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _trainer_logps(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The trainer's log-probs of the completion tokens at rollout (TRL's ``old_per_token_logps`` when it
-        stored them; else computed here, as TRL does when it needs them, and stored as the old log-probs)."""
+        """The trainer's log-probs of the completion tokens at rollout: TRL's ``old_per_token_logps`` when it
+        stored them, else computed here as TRL computes them. Not stored: TRL stores none only when each batch
+        serves one optimizer step of the policy that sampled it, where the loss's ``old = logps.detach()`` is
+        the same policy, so the loss path stays TRL's."""
         if batch.get("old_per_token_logps") is not None:
             return batch["old_per_token_logps"]
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
@@ -208,7 +212,6 @@ class MethodGRPOTrainer(GRPOTrainer):
             self.model, input_ids, attention_mask, batch["completion_ids"].size(1), batch_size=size,
             **{k: batch.get(k) for k in _MM_KEYS},
         )  # fmt: skip
-        batch["old_per_token_logps"] = logps
         return logps
 
     def _rollout_correct(self, batch: dict[str, Any]) -> None:
