@@ -574,6 +574,9 @@ def grpo_overrides(args: argparse.Namespace, model_dir: Path, use_vllm: bool) ->
         f"trainer.use_vllm={'true' if use_vllm else 'false'}",
         "trainer.vllm_mode=colocate",
         f"trainer.vllm_gpu_memory_utilization={args.train_vllm_gpu_memory_utilization}",
+        # vLLM's log-probs under top_p < 1 are renormalised over the kept tokens: the run's rollout correction
+        # (TRL's default under vLLM) is refused with top_p 0.9 (training.grpo.effective_rollout_correction)
+        *(["trainer.top_p=1.0"] if use_vllm else []),
     ]
 
 

@@ -410,7 +410,7 @@ def setup_stale_is_file(tmp, results, tiny):
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
     # --- train: names of things
-    ("train-unknown-method", "train", ["method=nope"], None, None, ["'nope'", "options: cispo, clip"]),
+    ("train-unknown-method", "train", ["method=nope"], None, None, ["'nope'", "options: archer, aspo, ce_gppo, cispo, clip"]),
     ("train-unknown-model", "train", ["model=gpt9"], None, None, ["'gpt9'", "options:", "tiny"]),
     ("train-unknown-dataset", "train", ["data=nope"], None, None, ["unknown data 'nope'", "gsm8k"]),
     ("train-unknown-dataset-name", "train", ["model=tiny", "data.name=nope"], None, None, ["'nope'", "allowed: ", "gsm8k"]),
@@ -898,7 +898,8 @@ def test_hydra_dir_check_passes_the_pipelines_own_commands(tmp_path):
     from pspo_repro.pipelines import mini
 
     for name in ("mini", "study"):
-        for job in mini.rl_jobs(compose_config(CONF_DIR, name, []), tmp_path):
+        # the sweeps (the study's tuned groups need their tuning runs first: tests/analysis/test_tuning.py)
+        for job in mini.rl_jobs(compose_config(CONF_DIR, name, []), tmp_path, "sweep"):
             assert job.cmd[2] == "pspo_repro.train"
             assert hydra_dir_error(CONF_DIR, "train", job.cmd[3:]) is None, job.cmd
     for argv in (["model=tiny"], ["model=tiny", "seed=3", "method=clip", "run_tag=a.b"], ["-m", "seed=0,1"]):

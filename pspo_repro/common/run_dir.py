@@ -41,6 +41,13 @@ INFRA_TRAINER_KEYS = frozenset(
         "vllm_server_base_url",
     }
 )
+# conf/train.yaml's rollout-correction keys at their defaults (methods.registry.ROLLOUT_KEYS; a test checks the
+# three agree): left out of a run's identity, so runs recorded before the axis existed reopen unchanged.
+DEFAULT_METHOD_AXES = {
+    "rollout_correction": "none",
+    "rollout_correction_threshold": None,
+    "rollout_correction_batch_normalize": False,
+}
 _MAX_TAG = 48
 log = logging.getLogger("pspo_repro.train")
 
@@ -168,6 +175,12 @@ def identity_config(resolved: dict[str, Any]) -> dict[str, Any]:
     if isinstance(keep["data"], dict):  # default_reward names the folder (reward_tag), not what is learned
         keep["data"] = {k: v for k, v in keep["data"].items() if k != "default_reward"}
     keep["trainer"] = {k: v for k, v in resolved.get("trainer", {}).items() if k not in INFRA_TRAINER_KEYS}
+    if isinstance(keep["method"], dict):
+        keep["method"] = {
+            k: v
+            for k, v in keep["method"].items()
+            if k not in DEFAULT_METHOD_AXES or v != DEFAULT_METHOD_AXES[k]
+        }
     return keep
 
 

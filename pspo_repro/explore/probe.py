@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pspo_repro.methods import get_method, method_extra_inputs
+from pspo_repro.methods import get_method, method_extra_inputs, method_optional_inputs
 
 DTYPE = torch.float64  # the probes are tiny; float64 keeps the PASS/FAIL tolerances tight
 # The ratio grid starts just above 0: r = 0 is logp = -inf, and REINFORCE-form methods (TOPR, CISPO, DPPO)
@@ -43,11 +43,18 @@ def call(
     mask: torch.Tensor,
     extra: Mapping[str, torch.Tensor] | None = None,
 ):
-    """Call the registered ``name``; extra tensors a method requires default to the two-bucket top-K ones."""
+    """Call the registered ``name``; extra tensors a method requires default to the two-bucket top-K ones.
+
+    A method that takes ``entropies`` (ASPO, Archer) gets ``extra["entropies"]``, else one entropy for every
+    token: each token is then at its response's entropy quantile, so the probes draw the low-entropy bounds.
+    """
     needed = method_extra_inputs(name)
     if needed and extra is None:
         extra = two_bucket_topk(logp, old_logp)
     kwargs = {k: extra[k] for k in needed} if needed else {}
+    if "entropies" in method_optional_inputs(name):
+        given = extra.get("entropies") if extra else None
+        kwargs["entropies"] = torch.zeros_like(logp.detach()) if given is None else given
     if kwargs and "topk" in params:
         # the method checks that its ``topk`` matches the tensors' K; the probes choose K themselves
         params = {**params, "topk": next(iter(kwargs.values())).shape[-1]}

@@ -8,11 +8,13 @@ Usage (the trainer)::
                      accumulation_steps=...)
 
 ``method_extra_inputs(name)`` names the extra tensors a method needs (top-K DPPO only);
-``method_optional_inputs(name)`` those it takes when the trainer has them (VESPO's importance_sampling_ratio).
+``method_optional_inputs(name)`` those it takes when the trainer has them (VESPO's importance_sampling_ratio,
+ASPO's and Archer's entropies).
 """
 
 # Importing the method modules registers them (order irrelevant: names are unique).
 from pspo_repro.methods import (  # noqa: F401
+    aspo,
     cispo,
     clip,
     cov,
@@ -38,6 +40,7 @@ from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
 from pspo_repro.methods.registry import (
     OPTIONAL_INPUTS,
     RESERVED_KEYS,
+    ROLLOUT_KEYS,
     MethodConfig,
     get_method,
     get_spec,
@@ -54,6 +57,7 @@ __all__ = [
     "LOG_RATIO_CLAMP",
     "OPTIONAL_INPUTS",
     "RESERVED_KEYS",
+    "ROLLOUT_KEYS",
     "MethodConfig",
     "MethodOutput",
     "aggregate",

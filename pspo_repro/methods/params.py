@@ -55,6 +55,10 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "m2_threshold": _rule(lambda v: v > 0, "a number > 0"),  # M2PO's bound on the kept tokens' mean (log r)^2
     "kl_tau": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl's weight of the (log r)^2 term
     "ipo_threshold": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl ipo's bound on |p - q|
+    # ASPO / Archer: the clip bounds of the high-entropy tokens, and the per-response entropy quantile
+    "eps_low_high_entropy": _rule(lambda v: v >= 0, "a number >= 0"),
+    "eps_high_high_entropy": _rule(lambda v: v >= 0, "a number >= 0"),
+    "entropy_quantile": _rule(lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
 }
 
 

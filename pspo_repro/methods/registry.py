@@ -17,16 +17,25 @@ from typing import Any, NamedTuple
 from pspo_repro.methods.aggregation import AGGREGATION_MODES
 from pspo_repro.methods.base import MethodOutput
 from pspo_repro.methods.params import PARAM_RULES, check_param
+from pspo_repro.methods.rollout_correction import NONE, RolloutCorrection, parse_rollout_correction
 
 MethodFn = Callable[..., MethodOutput]
 
 _POSITIONAL = ("logp", "old_logp", "advantages", "mask")
 # Keys of conf/method/*.yaml that are read by the trainer, not passed to the method function.
 RESERVED_KEYS = ("name", "loss_agg", "num_iterations")
-# Optional tensor inputs (keyword default None). ``importance_sampling_ratio``: TRL's vLLM importance-sampling
-# correction [B, T]; a method that takes it applies it itself (VESPO, as TRL), and the trainer then does not
-# multiply the per-token loss by it.
-OPTIONAL_INPUTS = ("importance_sampling_ratio",)
+# The rollout-correction axis (``methods.rollout_correction``): optional keys of a method config, read by the
+# trainer like ``loss_agg``; conf/train.yaml sets them to these defaults for every method.
+ROLLOUT_KEYS: dict[str, Any] = {
+    "rollout_correction": "none",
+    "rollout_correction_threshold": None,
+    "rollout_correction_batch_normalize": False,
+}
+# Optional tensor inputs (keyword default None). ``importance_sampling_ratio``: the rollout correction's token IS
+# weight [B, T] (``methods.rollout_correction``); a method that takes it applies it itself (VESPO, as TRL with
+# vLLM's ratio), and the trainer then does not multiply the per-token loss by it. ``entropies``: the current
+# policy's per-token entropy [B, T] at the sampling temperature, detached (ASPO, Archer).
+OPTIONAL_INPUTS = ("importance_sampling_ratio", "entropies")
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,7 @@ def register_method(name: str) -> Callable[[MethodFn], MethodFn]:
                 raise TypeError(
                     f"method {name!r}: hyperparameter {p.name!r} has no rule in params.PARAM_RULES"
                 )
-            elif p.name in RESERVED_KEYS:
+            elif p.name in RESERVED_KEYS or p.name in ROLLOUT_KEYS:
                 raise TypeError(f"method {name!r}: {p.name!r} is a reserved config key")
             else:
                 defaults[p.name] = p.default
@@ -130,6 +139,7 @@ class MethodConfig(NamedTuple):
     params: dict[str, Any]  # validated, defaults applied: pass as **params
     loss_agg: str
     num_iterations: int
+    rollout_correction: RolloutCorrection = NONE  # parsed ROLLOUT_KEYS
 
 
 def parse_method_config(cfg: Mapping[str, Any]) -> MethodConfig:
@@ -139,6 +149,7 @@ def parse_method_config(cfg: Mapping[str, Any]) -> MethodConfig:
     if missing:
         raise ValueError(f"method config lacks required key(s) {', '.join(missing)}")
     name, loss_agg, num_iterations = (cfg.pop(k) for k in RESERVED_KEYS)
+    rollout = parse_rollout_correction(*(cfg.pop(k, default) for k, default in ROLLOUT_KEYS.items()))
     if loss_agg not in AGGREGATION_MODES:
         raise ValueError(
             f"method config: loss_agg={loss_agg!r} is invalid; allowed: {', '.join(AGGREGATION_MODES)}"
@@ -147,4 +158,4 @@ def parse_method_config(cfg: Mapping[str, Any]) -> MethodConfig:
         raise ValueError(
             f"method config: num_iterations={num_iterations!r} is invalid; allowed: an integer >= 1"
         )
-    return MethodConfig(name, validate_params(name, cfg), loss_agg, num_iterations)
+    return MethodConfig(name, validate_params(name, cfg), loss_agg, num_iterations, rollout)

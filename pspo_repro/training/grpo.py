@@ -212,7 +212,8 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
         vllm_server_host=t.get("vllm_server_host", "0.0.0.0"),
         vllm_server_port=t.get("vllm_server_port", 8000),
         vllm_server_base_url=t.get("vllm_server_base_url"),
-        vllm_importance_sampling_correction=t.vllm_importance_sampling_correction,
+        # TRL's own correction stays off: the trainer's rollout correction computes it (effective_rollout_correction)
+        vllm_importance_sampling_correction=False,
     )
     if t.get("steps_per_generation"):
         kwargs["steps_per_generation"] = t.steps_per_generation
@@ -536,6 +537,7 @@ def _build_trainer(
         method_params=plan.method.params,
         loss_agg=plan.method.loss_agg,
         lr_token_budget=lr_token_budget(t),
+        rollout_correction=plan.method.rollout_correction,
     )
     return trainer, nonfinite, budget, stopper
 

@@ -160,7 +160,7 @@ def validate(cfg: DictConfig):
             f"trainer.lr_horizon=run decays linearly to 0 at the token budget; trainer.lr_scheduler_type="
             f"{t.lr_scheduler_type} needs trainer.lr_horizon=epochs (or trainer.token_budget=null)"
         )
-    return method
+    return method._replace(rollout_correction=effective_rollout_correction(cfg, method))
 
 
 def warn_reward_data(cfg: DictConfig, funcs: list[str]) -> None:
@@ -314,3 +314,52 @@ def validate_trainer(cfg: DictConfig) -> None:
         for shard in shards:
             if why := _safetensors_problem(shard):
                 raise UsageError(f"model.path={cfg.model.path}: {why}")
+
+
+def effective_rollout_correction(cfg: DictConfig, method):
+    """The rollout correction the run applies (``methods.rollout_correction``), or UsageError when it cannot.
+
+    ``method.rollout_correction=none`` under vLLM with ``trainer.vllm_importance_sampling_correction=true``
+    (TRL's default) is TRL's default correction, ``seq_mis`` at 3.0, computed by the same code as every mode.
+    Refused: a correction without the sampler's log-probs (only vLLM returns them; tests set
+    ``MethodGRPOTrainer.sampler_logps_hook``), a correction of vLLM samples drawn with top_p / top_k / min_p
+    (vLLM's log-probs are renormalised over the kept tokens, the trainer's are not: TRL #6789, verl #6240),
+    and a sequence-level IS mode for a method that folds the weight into its own (VESPO).
+    """
+    from pspo_repro.methods.rollout_correction import parse_rollout_correction
+
+    t = cfg.trainer
+    correction = method.rollout_correction
+    if not correction.active and t.use_vllm and t.vllm_importance_sampling_correction:
+        correction = parse_rollout_correction("seq_mis")
+    if not correction.active:
+        return correction
+    what = f"method.rollout_correction={correction.describe()}"
+    if not method.rollout_correction.active:
+        what += " (under vLLM, TRL's default correction: trainer.vllm_importance_sampling_correction=true)"
+    if not t.use_vllm:
+        from pspo_repro.training.trainer import MethodGRPOTrainer
+
+        if MethodGRPOTrainer.sampler_logps_hook is None:
+            raise UsageError(
+                f"{what} needs the sampler's log-probs, which only vLLM generation returns: set"
+                " trainer.use_vllm=true (transformers' generate samples with the trainer's own weights)"
+            )
+    else:
+        # the sampling settings that truncate the distribution (TRL passes these to vLLM); each off value
+        off = {"top_p": (None, 1, 1.0), "top_k": (None, 0, -1), "min_p": (None, 0, 0.0)}
+        truncated = [f"trainer.{k}={t.get(k)}" for k, values in off.items() if t.get(k) not in values]
+        if truncated:
+            raise UsageError(
+                f"{what} with {', '.join(truncated)}: vLLM's log-probs are renormalised over the kept"
+                " tokens and the trainer's are not (TRL #6789, verl #6240), so the ratio is biased; set"
+                " trainer.top_p=1.0, or no correction (method.rollout_correction=none"
+                " trainer.vllm_importance_sampling_correction=false)"
+            )
+    from pspo_repro.training.trainer import check_rollout_correction
+
+    try:
+        check_rollout_correction(method.name, correction)
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+    return correction

@@ -6,9 +6,17 @@ asserts ``trl.__version__ == "1.16.0"``, so a TRL upgrade fails loudly until thi
 TRL inlines its loss formula and aggregation in ``_compute_loss`` (there is no narrower hook), so we
 override that method and keep, in TRL's order, everything it does around the formula: current log-probs
 and entropies, ``old = logps.detach()`` when no old log-probs were stored, the off-policy sequence mask,
-the entropy mask, vLLM's importance-sampling correction (passed to the method instead when it takes
-``importance_sampling_ratio``: VESPO, as TRL), ``+ beta * KL`` when ``beta != 0``, and the logged metrics.
+the entropy mask, ``+ beta * KL`` when ``beta != 0``, and the logged metrics.
 The formula is ``get_method(name)`` and the reduction ``aggregate(..., loss_agg)``.
+
+Rollout correction (``methods.rollout_correction``) replaces TRL's vLLM importance-sampling correction (TRL's
+own is off in ``GRPOConfig``): at rollout, where the sampler's log-probs exist (vLLM's
+``sampling_per_token_logps``, or ``sampler_logps_hook`` in tests), the trainer's log-probs of the same tokens
+are computed if TRL did not store them (not stored: the loss path stays TRL's), the mismatch is logged
+(``rollout_corr/*``) and the correction's weights and kept tokens are stored with the batch. In the loss,
+rejected tokens leave the mask (as verl's ``response_mask``) and the per-token loss is multiplied by the
+detached IS weight (passed to the method instead when it takes ``importance_sampling_ratio``: VESPO, as TRL
+does with vLLM's ratio).
 Generation, rewards, advantages, batching, vLLM and accelerate/DeepSpeed stay TRL's.
 
 Top-K DPPO: TRL's generate path does not return scores, so the sampling policy's top-K log-probs are
@@ -21,12 +29,14 @@ recomputation is used (vLLM's ``logprobs=K`` is not wired through TRL's generati
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from trl import GRPOTrainer
 
 from pspo_repro.methods import aggregate, get_method, method_extra_inputs, method_optional_inputs
+from pspo_repro.methods import rollout_correction as rc
 
 MIRRORS_TRL = "1.16.0"
 
@@ -50,6 +60,18 @@ _MM_KEYS = (
 )
 
 
+def check_rollout_correction(method_name: str, correction: rc.RolloutCorrection) -> None:
+    """A method that takes ``importance_sampling_ratio`` (VESPO) folds a per-token weight into its own; a
+    sequence-level IS mode cannot be folded so (as TRL's own check for vespo): ValueError."""
+    step = correction.is_step
+    if step is not None and step.mode in rc.SEQUENCE_IS_MODES:
+        if "importance_sampling_ratio" in method_optional_inputs(method_name):
+            raise ValueError(
+                f"method {method_name!r} folds a token-level IS weight into its own: rollout_correction"
+                f" {step.mode} is sequence-level; use token_tis or token_icepop"
+            )
+
+
 class MethodGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is a registered method (``pspo_repro.methods``) plus a chosen aggregation.
 
@@ -58,6 +80,10 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     # The run's largest first-pass |r - 1| (``FIRST_PASS_DEV``) since this process started; None: never measured.
     first_pass_max_abs_ratio_dev: float | None = None
+    # Tests only: ``hook(trainer, batch) -> [B, T]`` sampler log-probs for a batch whose generation returned
+    # none (transformers' generate on CPU), e.g. from a perturbed copy of the policy; None: vLLM's or nothing.
+    sampler_logps_hook: Callable[[Any, dict], torch.Tensor] | None = None
+    _method_takes_entropy: bool = False  # set in __init__: the method takes ``entropies`` (ASPO, Archer)
 
     def __init__(
         self,
@@ -66,6 +92,7 @@ class MethodGRPOTrainer(GRPOTrainer):
         method_params: dict,
         loss_agg: str,
         lr_token_budget: int | None = None,
+        rollout_correction: rc.RolloutCorrection = rc.NONE,
         **kwargs: Any,
     ):
         grpo_args = kwargs.get("args")
@@ -76,14 +103,12 @@ class MethodGRPOTrainer(GRPOTrainer):
                 )
             if grpo_args.importance_sampling_level != "token":
                 raise ValueError("importance_sampling_level='sequence' is method=gspo here; keep it 'token'")
-            absorbs = "importance_sampling_ratio" in method_optional_inputs(method_name)
-            mode = grpo_args.vllm_importance_sampling_mode
-            if absorbs and grpo_args.use_vllm and grpo_args.vllm_importance_sampling_correction:
-                if mode not in ("token_truncate", "token_mask"):  # as TRL's own check for vespo
-                    raise ValueError(
-                        f"method {method_name!r} with vLLM needs vllm_importance_sampling_mode token_truncate or"
-                        f" token_mask (got {mode!r}), or trainer.vllm_importance_sampling_correction=false"
-                    )
+            if grpo_args.use_vllm and grpo_args.vllm_importance_sampling_correction:
+                raise ValueError(
+                    "TRL's vLLM importance-sampling correction is replaced by rollout_correction: pass"
+                    " vllm_importance_sampling_correction=False in GRPOConfig"
+                )
+        check_rollout_correction(method_name, rollout_correction)
         # Set before super().__init__: nothing there builds the scheduler, but keep the attribute defined early.
         self._lr_token_budget = lr_token_budget
         super().__init__(*args, **kwargs)
@@ -93,8 +118,11 @@ class MethodGRPOTrainer(GRPOTrainer):
         self.loss_agg = loss_agg
         needs = method_extra_inputs(method_name)
         self._topk = int(self._method_params["topk"]) if "topk_logps" in needs else None
-        # VESPO folds vLLM's importance-sampling ratio into its sequence weight instead of multiplying the loss
+        # VESPO folds the rollout correction's IS weight into its sequence weight instead of multiplying the loss
         self._method_takes_is = "importance_sampling_ratio" in method_optional_inputs(method_name)
+        # ASPO / Archer split tokens by the current policy's entropy, which the forward pass computes anyway
+        self._method_takes_entropy = "entropies" in method_optional_inputs(method_name)
+        self.rollout_correction = rollout_correction
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         """HF's scheduler, or with ``lr_token_budget`` the linear decay to 0 at that many tokens
@@ -150,9 +178,79 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         batch = super()._generate_and_score_completions(inputs)
+        # the correction first: top-K then replaces any stored old log-probs by its full-logits ones (its mu)
+        self._rollout_correct(batch)
         if self._topk is not None:
             batch.update(self._rollout_topk(batch))
         return batch
+
+    # ------------------------------------------------------------------ rollout correction
+
+    def _sampler_logps(self, batch: dict[str, Any]) -> torch.Tensor | None:
+        """The sampling policy's log-probs of the completion tokens: vLLM's, else the test hook's, else None."""
+        if batch.get("sampling_per_token_logps") is not None:
+            return batch["sampling_per_token_logps"]
+        hook = type(self).sampler_logps_hook
+        return None if hook is None else hook(self, batch)
+
+    @torch.no_grad()
+    def _trainer_logps(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The trainer's log-probs of the completion tokens at rollout: TRL's ``old_per_token_logps`` when it
+        stored them, else computed here as TRL computes them. Not stored: TRL stores none only when each batch
+        serves one optimizer step of the policy that sampled it, where the loss's ``old = logps.detach()`` is
+        the same policy, so the loss path stays TRL's."""
+        if batch.get("old_per_token_logps") is not None:
+            return batch["old_per_token_logps"]
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        size = (
+            self.args.per_device_train_batch_size
+            if self.model.training
+            else self.args.per_device_eval_batch_size
+        )
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, input_ids, attention_mask, batch["completion_ids"].size(1), batch_size=size,
+            **{k: batch.get(k) for k in _MM_KEYS},
+        )  # fmt: skip
+        return logps
+
+    def _rollout_correct(self, batch: dict[str, Any]) -> None:
+        """Log the sampler-vs-trainer mismatch and store the correction's weights and kept tokens
+        (``rollout_is_weights``, ``rollout_keep``) with the batch, where the sampler's log-probs exist."""
+        sampler = self._sampler_logps(batch)
+        if sampler is None:
+            if self.rollout_correction.active:  # validation refuses this; a plugin generation path could not
+                raise RuntimeError(
+                    f"rollout_correction={self.rollout_correction.describe()} but the sampler returned no log-probs"
+                )
+            return
+        mask = batch["completion_mask"]
+        if "tool_mask" in batch:
+            mask = mask * batch["tool_mask"]
+        log_ratio = rc.rollout_log_ratio(self._trainer_logps(batch), sampler, mask)
+        mode = "train" if self.model.training else "eval"
+        # quantiles need every process's tokens: pad to a common length, gather once per rollout
+        padded = self.accelerator.pad_across_processes(torch.stack([log_ratio, mask.float()]), dim=2)
+        gathered = self.accelerator.gather(padded.unsqueeze(0))  # [processes, 2, B, T]
+        metrics = rc.mismatch_metrics(gathered[:, 0].flatten(0, 1), gathered[:, 1].flatten(0, 1))
+        if self.rollout_correction.active:
+
+            def reduce_sum(x: torch.Tensor) -> torch.Tensor:
+                return self.accelerator.reduce(x, reduction="sum")
+
+            out = rc.apply_correction(self.rollout_correction, log_ratio, mask, reduce_sum)
+            if out.weights is not None:
+                batch["rollout_is_weights"] = out.weights
+            if out.keep is not None:
+                batch["rollout_keep"] = out.keep.to(mask.dtype)
+            names = sorted(out.metrics)
+            # fractions and means averaged over processes (each process's batch is the same size)
+            values = self.accelerator.gather(
+                torch.stack([out.metrics[k].float() for k in names]).unsqueeze(0)
+            )
+            metrics.update(zip(names, values.mean(0), strict=True))
+        for key, value in zip(metrics, torch.stack(list(metrics.values())).tolist(), strict=True):
+            self._metrics[mode][f"rollout_corr/{key}"].append(value)
 
     # ------------------------------------------------------------------ loss
 
@@ -182,6 +280,8 @@ class MethodGRPOTrainer(GRPOTrainer):
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        if "rollout_keep" in inputs:  # rejected by the rollout correction: out of the loss, as verl's mask
+            mask = mask * inputs["rollout_keep"]
 
         extra: dict[str, torch.Tensor] = {}
         aux_loss = None
@@ -221,9 +321,11 @@ class MethodGRPOTrainer(GRPOTrainer):
                 off_policy_threshold=self.off_policy_mask_threshold,
             )
 
-        vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
-        if self._method_takes_is and vllm_is:
-            extra["importance_sampling_ratio"] = inputs["importance_sampling_ratio"]
+        is_weights = inputs.get("rollout_is_weights")
+        if self._method_takes_is and is_weights is not None:
+            extra["importance_sampling_ratio"] = is_weights
+        if self._method_takes_entropy:
+            extra["entropies"] = entropies.detach()
         out = self._method(logps, old_logps, advantages, mask, **extra, **self._method_params)
         per_token_loss = out.per_token_loss
 
@@ -237,8 +339,8 @@ class MethodGRPOTrainer(GRPOTrainer):
             per_token_loss = per_token_loss * off_policy_mask
         if entropy_mask is not None:
             per_token_loss = per_token_loss * entropy_mask
-        if vllm_is and not self._method_takes_is:
-            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        if is_weights is not None and not self._method_takes_is:
+            per_token_loss = per_token_loss * is_weights
         if self.beta != 0.0:
             per_token_loss = per_token_loss + self.beta * per_token_kl
 

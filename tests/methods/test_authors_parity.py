@@ -286,3 +286,122 @@ def test_prime_losses_pull_dropped_tokens_back_only_through_the_squared_log_rati
         expected = torch.where(torch.tensor([dropped]), 0.0, pg) + 2 * 0.1 * lr
         assert_same(grad, expected)
         assert metrics["mask_frac"].item() == pytest.approx(sum(dropped) / 3)
+
+
+# ---------------------------------------------------------------- ASPO and Archer (they take the token entropies)
+
+
+def archer_low_entropy_mask(entropy, mask, q=0.8):
+    # wizard-III/Archer2.0 dp_actor.py: its "high_entropy_mask" holds the low-entropy tokens ("only low entropy
+    # token is True"): at or below the per-response nanquantile of the valid tokens' entropy
+    masked_entropy = torch.where(mask.bool(), entropy, torch.nan)
+    q80 = torch.nanquantile(masked_entropy, q=q, dim=-1, keepdim=True)
+    return (masked_entropy <= q80) & mask.bool()
+
+
+def authors_aspo(old, logp, adv, hem, nl=0.2, nh=0.4, pl=0.2, ph=0.4, nc=3.0, pc=3.0):
+    # Archer2.0 core_algos.py compute_policy_loss_archer: pg_losses before agg_loss
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    negative_clip_ratio = torch.where(
+        hem, torch.clamp(ratio, min=1 - nl, max=None), torch.clamp(ratio, min=1 - nh, max=None)
+    )
+    positive_clip_ratio = torch.where(
+        hem, torch.clamp(ratio, min=None, max=1 + pl), torch.clamp(ratio, min=None, max=1 + ph)
+    )
+    negative_pg_losses_clip = -adv * negative_clip_ratio
+    positive_pg_losses_clip = (
+        -adv * (positive_clip_ratio / positive_clip_ratio.detach()) / positive_clip_ratio.detach()
+    )
+    negative_dual_clip_ratio = torch.clamp(negative_clip_ratio, min=None, max=nc)
+    negative_clipped_mask = torch.gt(negative_clip_ratio, negative_dual_clip_ratio)
+    negative_pg_losses_dual = -adv * negative_dual_clip_ratio.detach() * logp
+    negative_pg_losses = torch.where(negative_clipped_mask, negative_pg_losses_dual, negative_pg_losses_clip)
+    positive_dual_clip_ratio = torch.clamp(1 / positive_clip_ratio, min=None, max=pc)
+    positive_clipped_mask = torch.gt(1 / positive_clip_ratio, positive_dual_clip_ratio)
+    positive_pg_losses_dual = -adv * positive_dual_clip_ratio.detach() * logp
+    positive_pg_losses = torch.where(positive_clipped_mask, positive_pg_losses_dual, positive_pg_losses_clip)
+    return torch.where(adv < 0, negative_pg_losses, positive_pg_losses)
+
+
+def authors_archer(old, logp, adv, hem, ll=0.2, lh=0.2, hl=0.4, hh=0.4, clip_ratio_c=3.0):
+    # Archer2.0 core_algos.py compute_policy_loss, use_token_entropy_separate=True: pg_losses before agg_loss
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    pg_losses1 = -adv * ratio
+    clip_ratio = torch.where(
+        hem.bool(), torch.clamp(ratio, 1 - ll, 1 + lh), torch.clamp(ratio, 1 - hl, 1 + hh)
+    )
+    pg_losses2 = -adv * clip_ratio
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -adv * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    return torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1)
+
+
+def entropy_batch(seed):
+    logp, old, adv, mask = batch(seed, spread=1.5)
+    g = torch.Generator().manual_seed(seed + 50)
+    ent = 3 * torch.rand(logp.shape, generator=g, dtype=logp.dtype)
+    return logp, old, adv, mask, ent
+
+
+@pytest.mark.parametrize(
+    ("name", "ref", "params", "ref_params"),
+    [
+        ("aspo", authors_aspo, {}, {}),
+        ("aspo", authors_aspo, {"eps_low": 0.1, "eps_high": 0.3, "eps_low_high_entropy": 0.5,
+                                "eps_high_high_entropy": 0.6, "clip_c": 2.5},
+         {"nl": 0.1, "pl": 0.3, "nh": 0.5, "ph": 0.6, "nc": 2.5, "pc": 2.5}),
+        ("archer", authors_archer, {}, {}),
+        ("archer", authors_archer, {"eps_low": 0.1, "eps_high": 0.3, "eps_low_high_entropy": 0.5,
+                                    "eps_high_high_entropy": 0.6, "clip_c": 2.5},
+         {"ll": 0.1, "lh": 0.3, "hl": 0.5, "hh": 0.6, "clip_ratio_c": 2.5}),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_entropy_methods_match_archer2(name, ref, params, ref_params, seed):
+    logp, old, adv, mask, ent = entropy_batch(seed)
+    x = logp.detach().clone().requires_grad_(True)
+    out = get_method(name)(x, old, adv, mask, entropies=ent, **params)
+    out.per_token_loss.sum().backward()
+    y = logp.detach().clone().requires_grad_(True)
+    hem = archer_low_entropy_mask(ent, mask)
+    want = ref(old, y, adv, hem, **ref_params) * mask
+    want.sum().backward()
+    assert_same(out.per_token_loss.detach(), want.detach())
+    assert_same(x.grad, y.grad)
+    zero = ((x.grad == 0) & (adv != 0) & mask.bool()).sum() / mask.sum()
+    assert out.metrics["zero_grad_frac"].item() == pytest.approx(zero.item())
+
+
+def test_entropy_batches_reach_every_region():
+    # guard against a vacuous parity: low- and high-entropy tokens, clipped tokens of both signs, both dual clips
+    seen = dict.fromkeys(["low", "high", "neg_clip", "pos_clip", "neg_dual", "pos_dual"], False)
+    for seed in (0, 1, 2):
+        logp, old, adv, mask, ent = entropy_batch(seed)
+        low = archer_low_entropy_mask(ent, mask)
+        r, valid = (logp - old).exp(), mask.bool() & (adv != 0)
+        seen["low"] |= bool((low & valid).any())
+        seen["high"] |= bool((~low & valid).any())
+        seen["neg_clip"] |= bool(((adv < 0) & (r < 0.6) & valid).any())
+        seen["pos_clip"] |= bool(((adv > 0) & (r > 1.4) & valid).any())
+        seen["neg_dual"] |= bool(((adv < 0) & (r > 3.0) & valid).any())
+        seen["pos_dual"] |= bool(((adv > 0) & (r < 1 / 3.0) & valid).any())
+    assert all(seen.values()), seen
+
+
+def test_aspo_flips_the_ratio_for_positive_advantages():
+    # inside the bound the gradient weight of an A > 0 token is 1 / r (PPO's is r); beyond it, zero
+    old = torch.zeros(1, 3, dtype=torch.float64)
+    ratio = torch.tensor([[0.5, 1.1, 1.5]], dtype=torch.float64)
+    logp = ratio.log().requires_grad_(True)
+    out = get_method("aspo")(logp, old, torch.ones(1), torch.ones(1, 3, dtype=torch.float64),
+                             entropies=torch.zeros(1, 3, dtype=torch.float64))  # fmt: skip
+    out.per_token_loss.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-2.0, -1 / 1.1, 0.0]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["aspo", "archer"])
+def test_entropy_methods_refuse_to_run_without_entropies(name):
+    logp, old, adv, mask, _ = entropy_batch(0)
+    with pytest.raises(ValueError, match="needs the per-token entropies"):
+        get_method(name)(logp, old, adv, mask)

@@ -20,6 +20,7 @@ from pspo_repro.methods import (
     get_spec,
     list_methods,
     method_extra_inputs,
+    method_optional_inputs,
     register_method,
 )
 from pspo_repro.methods.dppo import binary_kl, binary_tv, topk_kl, topk_tv
@@ -49,9 +50,18 @@ def topk_inputs(logp: torch.Tensor, k: int = 20, seed: int = 0) -> dict[str, tor
     return {"topk_old_logps": old.to(logp.dtype), "topk_logps": new.to(logp.dtype)}
 
 
-def run(name: str, logp, old, adv, mask, **params) -> MethodOutput:
+def method_inputs(name: str, logp: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
+    """The tensors ``name`` takes besides the four: top-K log-probs (top-K DPPO), per-token entropies in
+    [0, 3) (ASPO, Archer: varied, so the per-response quantile splits the tokens)."""
     extra = topk_inputs(logp.detach()) if method_extra_inputs(name) else {}
-    return get_method(name)(logp, old, adv, mask, **extra, **params)
+    if "entropies" in method_optional_inputs(name):
+        g = torch.Generator().manual_seed(seed)
+        extra["entropies"] = (3 * torch.rand(logp.shape, generator=g, dtype=torch.float64)).to(logp.dtype)
+    return extra
+
+
+def run(name: str, logp, old, adv, mask, **params) -> MethodOutput:
+    return get_method(name)(logp, old, adv, mask, **method_inputs(name, logp), **params)
 
 
 def grad_of(name: str, logp, old, adv, mask, **params) -> tuple[torch.Tensor, MethodOutput]:
@@ -424,7 +434,7 @@ def test_clip_dual_zero_grad_frac_for_any_delta(delta):
 @pytest.mark.parametrize("name", ALL)
 def test_token_advantages_match_broadcast(name):
     logp, old, adv, mask = random_batch(seed=7)
-    extra = topk_inputs(logp) if method_extra_inputs(name) else {}
+    extra = method_inputs(name, logp)
     fn = get_method(name)
     a = fn(logp, old, adv, mask, **extra).per_token_loss
     b = fn(logp, old, adv[:, None].expand_as(logp).clone(), mask, **extra).per_token_loss
@@ -442,6 +452,8 @@ def test_registry_names():
         + ["gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "vespo", "luspo"]
         # from the authors' code of 2025-2026 papers and prime-rl (tests/methods/test_authors_parity.py)
         + ["gppo", "ce_gppo", "dcpo", "m2po", "dppo_k25", "ipo"]
+        # entropy-aware, from wizard-III/Archer2.0 (tests/methods/test_authors_parity.py)
+        + ["aspo", "archer"]
     )
     assert method_extra_inputs("dppo_topk_kl") == ("topk_old_logps", "topk_logps")
     assert all(method_extra_inputs(n) == () for n in ALL if not n.startswith("dppo_topk"))

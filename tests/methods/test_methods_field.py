@@ -17,11 +17,16 @@ from pspo_repro.methods import (
     aggregate,
     get_method,
     list_methods,
-    method_extra_inputs,
     method_optional_inputs,
 )
 from pspo_repro.methods.cov import token_covariance
-from tests.methods.test_methods import assert_close, example, grad_of, random_batch, topk_inputs
+from tests.methods.test_methods import (
+    assert_close,
+    example,
+    grad_of,
+    method_inputs,
+    random_batch,
+)
 
 LOG_R = (0.4054651, -0.6931472, 0.0953102)
 
@@ -221,7 +226,7 @@ def test_non_contiguous_inputs_give_the_same_loss(name):
     logp, old, adv, mask = random_batch(seed=12, b=5, t=7)
     t = {k: v.T.contiguous().T for k, v in {"logp": logp, "old": old, "mask": mask}.items()}
     assert not t["logp"].is_contiguous()
-    extra = topk_inputs(logp) if method_extra_inputs(name) else {}
+    extra = method_inputs(name, logp)
     torch.manual_seed(0)
     a = get_method(name)(logp, old, adv, mask, **extra).per_token_loss
     torch.manual_seed(0)

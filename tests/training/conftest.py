@@ -26,16 +26,19 @@ class _Accelerator:
 
 @pytest.fixture
 def compute_loss_bare():
-    """``compute_loss_bare(cls, logp, old, adv, mask, *, is_ratio=None, num_items=None, **attrs)`` builds
+    """``compute_loss_bare(cls, logp, old, adv, mask, *, is_ratio=None, num_items=None, inputs_extra=None,
+    **attrs)`` builds
     ``cls`` with ``__new__`` (no ``__init__``), gives it the attributes every ``_compute_loss`` reads (beta 0,
     one process, the prepared log-probs as a leaf tensor in place of the model's) plus ``attrs``, runs
     ``_compute_loss`` and backward, and returns ``(loss, d loss / d logp, logged train metrics, inputs)``.
 
-    ``is_ratio``: vLLM's token importance-sampling ratio (turns ``use_vllm`` and its correction on);
-    ``num_items``: the ``num_items_in_batch`` input, left out when None.
+    ``is_ratio``: a token importance-sampling weight, as TRL's vLLM ratio (turns TRL's ``use_vllm`` and its
+    correction on) and as this trainer's rollout-correction weight (``rollout_is_weights``);
+    ``num_items``: the ``num_items_in_batch`` input, left out when None; ``inputs_extra``: more inputs (the
+    rollout correction's ``rollout_is_weights`` / ``rollout_keep``).
     """
 
-    def run(cls, logp, old, adv, mask, *, is_ratio=None, num_items=None, **attrs):
+    def run(cls, logp, old, adv, mask, *, is_ratio=None, num_items=None, inputs_extra=None, **attrs):
         trainer = cls.__new__(cls)
         trainer.beta = 0.0
         trainer.top_entropy_quantile = 1.0
@@ -67,8 +70,9 @@ def compute_loss_bare():
         }
         if num_items is not None:
             inputs["num_items_in_batch"] = num_items
-        if is_ratio is not None:
-            inputs["importance_sampling_ratio"] = is_ratio
+        if is_ratio is not None:  # TRL reads its vLLM ratio; this trainer, the rollout correction's weights
+            inputs["importance_sampling_ratio"] = inputs["rollout_is_weights"] = is_ratio
+        inputs.update(inputs_extra or {})
         loss = trainer._compute_loss(None, inputs)
         loss.backward()
         return loss.detach(), leaf.grad, trainer._metrics["train"], inputs
