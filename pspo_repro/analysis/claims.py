@@ -296,14 +296,15 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
     mean = sum(seeds.values()) / len(seeds)
     scale = 100.0 if spec.get("percent", True) else 1.0
     unit = "%" if spec.get("percent", True) else ""
+    g = ".3g" if spec.get("percent", True) else ".4g"  # raw statistics (update norms) need a digit more
     text = (
         f"{spec['a']['method']} [{spec['a'].get('tag') or ''}] {key} ({agg} over {steps} steps): "
-        f"{mean * scale:.3g}{unit} mean over {_seeds(len(seeds))} (range {min(seeds.values()) * scale:.3g}-"
-        f"{max(seeds.values()) * scale:.3g}{unit})"
+        f"{mean * scale:{g}}{unit} mean over {_seeds(len(seeds))} (range {min(seeds.values()) * scale:{g}}-"
+        f"{max(seeds.values()) * scale:{g}}{unit})"
     )
     label = spec.get("label", key)
     return Measured(spec["id"], label, mean, min(seeds.values()), max(seeds.values()), seeds, text=text,
-                    short=f"{label}: {mean * scale:.3g}{unit} ({_seeds(len(seeds))})")  # fmt: skip
+                    short=f"{label}: {mean * scale:{g}}{unit} ({_seeds(len(seeds))})")  # fmt: skip
 
 
 def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
@@ -555,7 +556,8 @@ def key_test(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
             p = seed_tests(_diff_seeds(d))[test]
         up = d.value > 0
         t = KeyTest(p, "supported" if up else "contradicted", "not resolved",
-                    f"{d.label}: {_pp(d.value)} points, {test} test over {_seeds(len(d.seeds))}",
+                    f"{d.label}: {_pp(d.value)} points, "
+                    + ("bootstrap over runs" if test == "bootstrap" else f"{test} test over {_seeds(len(d.seeds))}"),
                     test)  # fmt: skip
         if test != "bootstrap" and len(d.seeds) > 1:
             other = seed_tests(_diff_seeds(d))

@@ -58,16 +58,18 @@ class Selection:
     scores: dict[str, float]
     per_seed: dict[str, dict[int, float]] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    point: dict[str, Any] = field(default_factory=dict)  # the sweep point's other keys (e.g. num_iterations)
 
     def text(self) -> str:
-        """``lr 1e-4: 0.212, **3e-4: 0.241**, 1e-3: 0.120``."""
+        """``noclip (num_iterations=2) learning_rate: 0.0001: 0.212, **0.0003: 0.241**, 0.001: 0.120``."""
         leaf = self.key.split(".", 1)[-1]
+        where = ", ".join(f"{k.split('.', 1)[-1]}={fmt(v)}" for k, v in sorted(self.point.items()))
         parts = [
             (f"**{v}: {s:.3f}**" if v == self.chosen else f"{v}: {s:.3f}") for v, s in self.scores.items()
         ]
         n = {len(p) for p in self.per_seed.values()}
         seeds = f" ({n.pop()} selection seeds each)" if len(n) == 1 else ""
-        return f"{self.method} {leaf}: " + ", ".join(parts) + seeds
+        return f"{self.method}{f' ({where})' if where else ''} {leaf}: " + ", ".join(parts) + seeds
 
 
 def best_validation(metrics_path: Path) -> float:
@@ -128,7 +130,7 @@ def select(
     if not scores:
         raise TuningError(f"selection of {key} for {method}: no values")
     chosen = max(scores, key=lambda v: (scores[v], -list(scores).index(v)))
-    return Selection(method, key, chosen, scores, per_seed, tags)
+    return Selection(method, key, chosen, scores, per_seed, tags, point)
 
 
 _NUM = r"[0-9.eE+-]+"
