@@ -916,6 +916,7 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
         rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
         write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
         timings["stages"][stage] = rec
+        write_json(timings_path, timings)  # each finished stage's record survives a later stage's failure
     timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
     timings["total_seconds"] = round(sum(s["seconds"] for s in timings["stages"].values()), 1)
     committed = mini_committed.committed_dir(root)
