@@ -80,4 +80,4 @@ env-authors:
 	@bash scripts/setup_authors_env.sh
 
 test-authors: env env-authors
-	$(PY) -m pytest -q -p no:xdist -m authors tests/training/test_authors_parity.py
+	$(PY) -m pytest -q -p no:xdist -m authors tests/training/test_authors_stack_parity.py

@@ -13,7 +13,7 @@ first step has lr 0). ``OUT.pt``: ``{name: {"loss", "grad_norm", "lr", "weights"
 being the sum of the micro-steps' returned losses (what HF adds to ``tr_loss`` for the step).
 
 Imports nothing of pspo_repro: this environment holds the authors' stack only (scripts/setup_authors_env.sh).
-Tests: tests/training/test_authors_parity.py.
+Tests: tests/training/test_authors_stack_parity.py.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
             torch.manual_seed(0)
             args = GRPOConfig(output_dir=f"{tmp}/{name}", report_to=[], use_cpu=True, **kwargs)
             trainer = GRPOTrainer(
-                model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True),
                 reward_funcs=lambda completions, **_: [0.0] * len(completions),
                 args=args,
                 train_dataset=Dataset.from_list([{"prompt": "x"}] * 8),

@@ -11,7 +11,7 @@
 # accelerate 1.11.0 are the releases current when TRL 0.25.1 came out (TRL 0.25 predates transformers 5).
 # torch 2.13.0 (+cpu, from /opt/wheels or PSPO_TORCH_INDEX) goes in first: an unpinned torch, or trl into
 # an environment without torch, pulls a multi-GB CUDA build. The project itself is NOT installed here:
-# tests/training/test_authors_parity.py runs in .venv and calls scripts/authors_loss.py in this one.
+# tests/training/test_authors_stack_parity.py runs in .venv and calls scripts/authors_loss.py in this one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${AUTHORS_VENV:-.venv-authors}

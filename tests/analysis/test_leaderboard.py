@@ -90,7 +90,7 @@ def test_markdown_marks_clipped_intervals_and_lists_hyperparameters(study_rows):
     # clip in the stale regime: 5.2 with a t interval whose low end is above 0 is printed as is
     assert "| 3 | clip | - | < | 5.2 [0.2, 10.2] |" in text
     assert "clip collapsed here (2 of 5 seeds), so the reference is the method with the best mean" in text
-    assert "| pspo | alpha=0.1, loss_agg=dapo, num_iterations=2 | alpha 0.1/0.2/0.3/0.4/0.5 |" in text
+    assert "| pspo | alpha=0.1, loss_agg=dapo, num_iterations=2 | alpha 0.1/0.2/0.3/0.4/0.5/0.9 |" in text
     assert (out / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     iv = leaderboard.Interval(0.02, -0.03, 0.07, 3, "t_seeds")
     assert leaderboard._pct(iv) == "2.0 [0.0, 7.0]§"
@@ -160,7 +160,8 @@ TOY = {
 }
 TOY["b"] = TOY["a"]
 # pre-clip grad norms per run (max_grad_norm 1.0); None: the key is absent
-NORMS = {("a", 0): [0.5, 2.0, math.nan], ("a", 1): [1.5, None, 0.9]}
+# "null": a norm training could not compute (written as null: a NaN in metrics.jsonl is refused by the reader)
+NORMS = {("a", 0): [0.5, 2.0, "null"], ("a", 1): [1.5, None, 0.9]}
 
 
 def _toy_cell(root, method, seed, dataset, flags):
@@ -196,7 +197,7 @@ def _toy_run(root, method, seed, knob):
     for i, norm in enumerate(NORMS.get((method, seed), [0.1, 0.2, 0.3])):
         row = {"step": i + 1, "num_tokens": 100 * (i + 1), "train/loss": 0.1, "train/reward": 0.5}
         if norm is not None:
-            row["train/grad_norm"] = norm
+            row["train/grad_norm"] = None if norm == "null" else norm
         if method == "c":
             row["train/update_norm"] = 0.1 * (i + 1)  # mean 0.2 over its 6 steps
         steps.append(row)
@@ -204,7 +205,13 @@ def _toy_run(root, method, seed, knob):
 
 
 @pytest.fixture
-def toy(tmp_path):
+def toy(tmp_path, monkeypatch):
+    # the toy's method folders (a, b, c, d, ref) stand in for registered methods: the one reader of run
+    # records refuses any other folder name (analysis/run_records.py)
+    from pspo_repro.analysis import run_records
+
+    names = sorted({*run_records.registered_methods(), *TOY})
+    monkeypatch.setattr(run_records, "registered_methods", lambda: names)
     root = tmp_path / "records"
     _toy_cell(root, "baseline", 0, "synthetic", [0, 0, 0, 0])
     _toy_cell(root, "baseline", 0, "synthetic_heldout", [1, 1, 1, 1])
@@ -266,7 +273,7 @@ def test_toy_equivalence_class_and_reference_rule(toy, tmp_path):
 
 def test_toy_norm_clipping_update_norm_and_foreign_defaults(toy, tmp_path):
     rows, text = _toy_rows(toy, tmp_path / "out", reference="ref")
-    # a: norms 0.5, 2.0, NaN | 1.5, absent, 0.9 -> 2 of the 4 finite exceed 1.0; 2 steps have no norm
+    # a: norms 0.5, 2.0, null | 1.5, absent, 0.9 -> 2 of the 4 finite exceed 1.0; 2 steps have no norm
     a = rows["a"]
     assert (int(a["optimizer_steps"]), int(a["grad_norm_missing_steps"])) == (6, 2)
     assert float(a["grad_norm_clipped_share"]) == pytest.approx(0.5)
