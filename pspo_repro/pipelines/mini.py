@@ -889,6 +889,8 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
                   flush=True)  # fmt: skip
         else:
             mini_committed.set_aside(root)
+    # reuse_committed acts only where there are results to reuse (a first run has nothing to check against)
+    reusing = bool(cfg.get("reuse_committed")) and any((root / d).is_dir() for d in ("runs", "eval"))
     timings_path = root / "timings.json"
     previous = (_read_record(timings_path) or {}).get("stages")
     timings: dict[str, Any] = {
@@ -911,7 +913,7 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
             continue
         t0, c0 = time.time(), _children_cpu()
         info = STAGE_FUNCS[stage](cfg, root)
-        if stage == "sft" and cfg.get("reuse_committed"):
+        if stage == "sft" and reusing:
             check_same_base(info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root)
         rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
         write_json(marker_path(root, stage), {"fingerprint": fp, **rec})

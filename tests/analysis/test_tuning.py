@@ -115,3 +115,16 @@ def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
                       ("noclip", "tuned-learning_rate0.0001"),
                       ("noclip", "tuned-num_iterations2_learning_rate0.001")}  # fmt: skip
     assert not [j for j in mini.rl_jobs(cfg, tmp_path, "sweep") if "run_tag=tuned" in j.cmd]
+
+
+def test_reuse_committed_checks_the_recomputed_base(tmp_path, capsys):
+    """reuse_committed: new runs are compared with committed ones only if the SFT base is the same one."""
+    same = {"val_accuracy": 0.015, "model_sha256": "ab" * 32}
+    mini.check_same_base(same, dict(same), tmp_path)
+    assert "matches the committed one" in capsys.readouterr().out
+    with pytest.raises(mini.StageError, match="sha256"):
+        mini.check_same_base({**same, "model_sha256": "cd" * 32}, same, tmp_path)
+    with pytest.raises(mini.StageError, match="validation accuracy 0.02 differs"):
+        mini.check_same_base({"val_accuracy": 0.02}, {"val_accuracy": 0.015}, tmp_path)
+    with pytest.raises(mini.StageError, match="no sft record"):
+        mini.check_same_base(same, None, tmp_path)
