@@ -202,8 +202,7 @@ def _interval_text(iv: Interval, signed: bool) -> str:
 def m_accuracy(rec: Records, spec: dict[str, Any]) -> Measured:
     """``accuracy``: a run group's per-seed accuracy, mean and t interval over seeds."""
     metric = spec.get("metric", "true_acc")
-    sel = rec.cells(spec["a"], metric)
-    seeds = dict(zip(sel["seed"].astype(int), sel["value"].astype(float), strict=True))
+    seeds = _seed_values(rec, spec["a"], metric)
     iv = t_interval(list(seeds.values()))
     text = f"{describe(spec['a'])}, {metric}: {_interval_text(iv, False)} over {_seeds(len(seeds))}"
     label = spec.get("label", describe(spec["a"]))

@@ -403,19 +403,24 @@ def _hydra_quote(path: Path) -> str:
     return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _last(overrides: list[str], key: str) -> str | None:
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
+    return found[-1] if found else None
+
+
 def _n_samples(overrides: list[str]) -> int:
     """The last ``n_samples=`` among evaluate overrides (conf/evaluate.yaml's 16 when none)."""
-    found = [o.split("=", 1)[1] for o in overrides if o.startswith("n_samples=")]
+    found = _last(overrides, "n_samples")
     try:
-        return int(found[-1]) if found else 16
+        return int(found) if found is not None else 16
     except ValueError:
-        raise StageError(f"eval overrides: n_samples must be an integer, got {found[-1]!r}") from None
+        raise StageError(f"eval overrides: n_samples must be an integer, got {found!r}") from None
 
 
 def _n_temps(overrides: list[str]) -> int:
     """Temperatures in the last ``temperatures=[...]`` among evaluate overrides (conf/evaluate.yaml's 5 if none)."""
-    found = [o.split("=", 1)[1] for o in overrides if o.startswith("temperatures=")]
-    return max(1, len([t for t in found[-1].strip("[]").split(",") if t.strip()])) if found else 5
+    found = _last(overrides, "temperatures")
+    return max(1, len([t for t in found.strip("[]").split(",") if t.strip()])) if found is not None else 5
 
 
 def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
@@ -514,11 +519,6 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
                 ]  # fmt: skip
                 jobs.append(Job(f"eval-heldout-{i}", cmd, float(len(chunk)) * 0.5))
     return jobs, n
-
-
-def _last(overrides: list[str], key: str) -> str | None:
-    found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
-    return found[-1] if found else None
 
 
 def cells_done(root: Path, run: Path, overrides: list[str]) -> bool:
