@@ -538,8 +538,17 @@ def _build_trainer(
         loss_agg=plan.method.loss_agg,
         lr_token_budget=lr_token_budget(t),
         rollout_correction=plan.method.rollout_correction,
+        logprob_head=resolve_logprob_head(t.get("logprob_head", "auto"), use_cuda),
     )
     return trainer, nonfinite, budget, stopper
+
+
+def resolve_logprob_head(name: str, use_cuda: bool) -> str:
+    """``trainer.logprob_head``: ``auto`` is TRL's fused head on CUDA (its Triton kernel scores the completion
+    tokens only) and the plain head elsewhere (trainer.MethodGRPOTrainer._get_per_token_logps_and_entropies)."""
+    if name == "auto":
+        return "fused" if use_cuda else "plain"
+    return name
 
 
 def _check_precision(cfg: DictConfig, trainer, record: dict[str, Any]) -> None:

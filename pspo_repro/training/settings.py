@@ -235,6 +235,9 @@ def validate_flags(cfg: DictConfig) -> None:
     bf16 = cfg.trainer.get("bf16", "auto")
     if bf16 != "auto" and not isinstance(bf16, bool):
         raise UsageError(f"trainer.bf16 must be auto, true or false, got {bf16!r}")
+    head = cfg.trainer.get("logprob_head", "auto")
+    if head not in ("auto", "fused", "plain"):
+        raise UsageError(f"trainer.logprob_head must be auto, fused or plain, got {head!r}")
     if cfg.trainer.get("eval_on_start") and not cfg.trainer.get("eval_steps"):
         # HF validates only with an eval strategy: the step-0 point would silently not be logged.
         raise UsageError(

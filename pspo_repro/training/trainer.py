@@ -72,6 +72,11 @@ def check_rollout_correction(method_name: str, correction: rc.RolloutCorrection)
             )
 
 
+# How per-token log-probs are computed (``trainer.logprob_head``; ``auto`` resolves in training.grpo):
+# TRL's fused LM head, or the model's logits on the completion positions (the same numbers, faster on CPU).
+LOGPROB_HEADS = ("fused", "plain")
+
+
 class MethodGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is a registered method (``pspo_repro.methods``) plus a chosen aggregation.
 
@@ -93,6 +98,7 @@ class MethodGRPOTrainer(GRPOTrainer):
         loss_agg: str,
         lr_token_budget: int | None = None,
         rollout_correction: rc.RolloutCorrection = rc.NONE,
+        logprob_head: str = "fused",
         **kwargs: Any,
     ):
         grpo_args = kwargs.get("args")
@@ -109,6 +115,9 @@ class MethodGRPOTrainer(GRPOTrainer):
                     " vllm_importance_sampling_correction=False in GRPOConfig"
                 )
         check_rollout_correction(method_name, rollout_correction)
+        if logprob_head not in LOGPROB_HEADS:
+            raise ValueError(f"logprob_head must be one of {', '.join(LOGPROB_HEADS)}, got {logprob_head!r}")
+        self.logprob_head = logprob_head
         # Set before super().__init__: nothing there builds the scheduler, but keep the attribute defined early.
         self._lr_token_budget = lr_token_budget
         super().__init__(*args, **kwargs)
@@ -251,6 +260,41 @@ class MethodGRPOTrainer(GRPOTrainer):
             metrics.update(zip(names, values.mean(0), strict=True))
         for key, value in zip(metrics, torch.stack(list(metrics.values())).tolist(), strict=True):
             self._metrics[mode][f"rollout_corr/{key}"].append(value)
+
+    # ------------------------------------------------------------------ log-probs
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):
+        """TRL's per-token log-probs and entropies; with ``logprob_head="plain"`` (text models) the same
+        quantities from the model's own logits on the completion positions only, by TRL's
+        ``selective_log_softmax``. On devices without Triton TRL's fused head projects every position
+        (prompt and padding too) and runs its tiles as ~20 elementwise torch passes: on CPU that is 60-70% of
+        a small model's forward + backward (docs/benchmarks.md "The RL step across model sizes"). Entropies
+        come without a gradient: here they are metrics and masks only (an entropy bonus is refused above)."""
+        if self.logprob_head == "fused" or compute_aux_loss or any(v is not None for v in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal,
+            )
+        from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+        batch_size = batch_size or input_ids.size(0)
+        all_logps, all_entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, am = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            with self.accelerator.autocast():
+                out = model(input_ids=ids, attention_mask=am, logits_to_keep=logits_to_keep + 1)
+            # As TRL's head: the projection in the autocast dtype, the softmax in fp32 at the sampling temperature.
+            logits = out.logits[:, :-1, :].float() / self.temperature
+            padded = am[:, -logits_to_keep:] == 0  # TRL's head returns 0 where the label is padding
+            all_logps.append(selective_log_softmax(logits, ids[:, -logits_to_keep:]).masked_fill(padded, 0.0))
+            if compute_entropy:
+                with torch.no_grad():
+                    all_entropies.append(entropy_from_logits(logits).masked_fill(padded, 0.0))
+        entropies = torch.cat(all_entropies) if compute_entropy else None
+        return torch.cat(all_logps), entropies, None
 
     # ------------------------------------------------------------------ loss
 
