@@ -19,6 +19,7 @@ from pspo_repro.methods import (  # noqa: F401
     clip,
     cov,
     dcpo,
+    decoupled,
     dppo,
     dro,
     gmpo,

@@ -59,6 +59,9 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eps_low_high_entropy": _rule(lambda v: v >= 0, "a number >= 0"),
     "eps_high_high_entropy": _rule(lambda v: v >= 0, "a number >= 0"),
     "entropy_quantile": _rule(lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
+    # AReaL's decoupled PPO: tokens with pi_prox / pi_behav above it are rejected (its RejectionSamplingConfig:
+    # "for 'ratio' metric: must be > 1.0")
+    "behav_imp_weight_cap": _rule(lambda v: v > 1, "a number > 1"),
 }
 
 

@@ -131,6 +131,29 @@ def prime_ipo(old, logp, adv, mask, ipo_threshold=0.1, kl_tau=1e-3):
     return -(keep * adv * ratio) + kl_tau * (mask * lr**2)
 
 
+def areal_decoupled(old, logp, adv, mask, upper=5.0, eps_clip=0.4, eps_clip_higher=None, c_clip=None):
+    # inclusionAI/AReaL functional.py ppo_actor_loss_fn + apply_rejection_sampling (level token, metric ratio,
+    # action mask), with proximal_logprobs = the current log-probs, detached (AReaL recomputes pi_prox with
+    # the weights of this optimizer step). Per-token pg_loss, masked, before AReaL's sum / count. AReaL's
+    # ``.float()`` upcasts bf16 log-probs before subtracting; these float64 tensors keep their precision.
+    prox = logp.detach()
+    log_ratio = prox - old.detach()
+    log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, 0.0)
+    behave_imp_weight = torch.exp(log_ratio)
+    in_bounds = behave_imp_weight <= upper
+    loss_mask = (mask.bool() & in_bounds).to(mask.dtype)
+    behave_imp_weight = torch.where(loss_mask.bool(), behave_imp_weight, 0.0)
+    ratio = torch.where(loss_mask.bool(), torch.exp(logp - prox), 0)
+    clipped = torch.clamp(
+        ratio, 1.0 - eps_clip, 1.0 + (eps_clip if eps_clip_higher is None else eps_clip_higher)
+    )
+    pg_loss = torch.max(-adv * ratio, -adv * clipped)
+    if c_clip is not None:
+        pg_loss = torch.min(pg_loss, torch.sign(adv) * c_clip * adv)
+    pg_loss = pg_loss * behave_imp_weight
+    return torch.where(loss_mask.bool(), pg_loss, 0)
+
+
 def roll_kimi15(old, logp, adv, mask, tau=0.1):
     # alibaba/ROLL rlvr/actor_pg_worker.py _compute_kimi15_loss
     return -adv * logp + tau * 0.5 * (logp - old).pow(2)
@@ -175,6 +198,10 @@ CASES = [
     # Kimi k1.5 (ROLL pg_variant="kimi15", kimi15_tau 0.1) is verl's dro with dro_beta = tau
     ("dro", roll_kimi15, {}, {}),
     ("dro", roll_kimi15, {"dro_beta": 0.5}, {"tau": 0.5}),
+    # AReaL's decoupled PPO at its example's settings; its clip and dual clip are inert (u = pi / pi_prox == 1)
+    ("decoupled_ppo", areal_decoupled, {}, {}),
+    ("decoupled_ppo", areal_decoupled, {}, {"eps_clip": 0.1, "c_clip": 1.5}),
+    ("decoupled_ppo", areal_decoupled, {"behav_imp_weight_cap": 1.3}, {"upper": 1.3}),
 ]
 
 
@@ -286,6 +313,27 @@ def test_prime_losses_pull_dropped_tokens_back_only_through_the_squared_log_rati
         expected = torch.where(torch.tensor([dropped]), 0.0, pg) + 2 * 0.1 * lr
         assert_same(grad, expected)
         assert metrics["mask_frac"].item() == pytest.approx(sum(dropped) / 3)
+
+
+# ---------------------------------------------------------------- AReaL's decoupled PPO: defining property
+
+
+def test_decoupled_ppo_is_a_behaviour_weighted_gradient_with_rejection():
+    # pi_prox = the policy before this optimizer step = sg(pi_theta): the loss is -A w, its gradient -A w on
+    # kept tokens (w = pi_theta / pi_behav <= cap) and exactly zero on rejected ones; the clip never binds
+    logp, old, adv, mask = batch(6)
+    loss, grad, metrics = ours("decoupled_ppo", logp, old, adv, mask)
+    w = torch.exp(logp - old)
+    on = mask > 0
+    keep = (w <= 5.0) & on
+    assert (keep & (adv != 0)).any() and (~keep & on & (adv != 0)).any()  # both kinds present
+    assert_same(loss, torch.where(keep, -adv * w, 0.0))
+    assert_same(grad, torch.where(keep, -adv * w, 0.0))
+    assert metrics["mask_frac"].item() == pytest.approx(((~keep & on).sum() / on.sum()).item())
+    # with no stale data (pi_behav == pi_theta) it is the on-policy gradient -A grad(logp), as every method
+    _, g_fresh, _ = ours("decoupled_ppo", logp, logp.detach(), adv, mask)
+    _, g_noclip, _ = ours("noclip", logp, logp.detach(), adv, mask)
+    assert_same(g_fresh, g_noclip)
 
 
 # ---------------------------------------------------------------- ASPO and Archer (they take the token entropies)
