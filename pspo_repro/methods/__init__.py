@@ -15,6 +15,7 @@ ASPO's and Archer's entropies).
 # Importing the method modules registers them (order irrelevant: names are unique).
 from pspo_repro.methods import (  # noqa: F401
     aspo,
+    bapo,
     cispo,
     clip,
     cov,

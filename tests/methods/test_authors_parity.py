@@ -154,6 +154,45 @@ def areal_decoupled(old, logp, adv, mask, upper=5.0, eps_clip=0.4, eps_clip_high
     return torch.where(loss_mask.bool(), pg_loss, 0)
 
 
+def bapo_effective(ratio, adv, mask, lo, hi, eps=1e-8):
+    # WooooDyy/BAPO recipe/bapo/policy_loss.py _compute_effective_advantage (one process)
+    eff = torch.where(
+        adv >= 0, torch.minimum(ratio, ratio.new_tensor(hi)), torch.maximum(ratio, ratio.new_tensor(lo))
+    )
+    c = eff * adv * mask
+    pos, neg = c.clamp(min=0).sum(), (-c.clamp(max=0)).sum()
+    return ratio.new_tensor(float("inf")) if torch.all(neg <= 0) else pos / (neg + ratio.new_tensor(eps))
+
+
+def authors_bapo_bounds(old, logp, adv, mask, target=0.5, lo=0.6, lo_max=0.9, lo_step=0.05, hi=1.2, hi_max=3.0,
+                        hi_step=0.05):  # fmt: skip
+    # compute_policy_loss_bapo's two loops, as written there (a host sync per candidate)
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    rho = bapo_effective(ratio, adv, mask, lo, hi)
+    while rho.item() < target and lo < lo_max and lo_step > 0:
+        lo = min(lo + lo_step, lo_max)
+        rho = bapo_effective(ratio, adv, mask, lo, hi)
+        if rho.item() >= target:
+            break
+    while rho.item() < target and hi < hi_max and hi_step > 0:
+        hi = min(hi + hi_step, hi_max)
+        rho = bapo_effective(ratio, adv, mask, lo, hi)
+        if rho.item() >= target:
+            break
+    return lo, hi
+
+
+def authors_bapo(old, logp, adv, mask, clip_ratio_c=3.0, **search):
+    # compute_policy_loss_bapo: verl's dual clip with the searched bounds (pg_losses before agg_loss)
+    lo, hi = authors_bapo_bounds(old, logp, adv, mask, **search)
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    pg_losses1 = -adv * ratio
+    pg_losses2 = -adv * torch.clamp(ratio, lo, hi)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    clip_pg_losses2 = torch.min(-adv * clip_ratio_c, clip_pg_losses1)
+    return torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1)
+
+
 def roll_kimi15(old, logp, adv, mask, tau=0.1):
     # alibaba/ROLL rlvr/actor_pg_worker.py _compute_kimi15_loss
     return -adv * logp + tau * 0.5 * (logp - old).pow(2)
@@ -202,6 +241,21 @@ CASES = [
     ("decoupled_ppo", areal_decoupled, {}, {}),
     ("decoupled_ppo", areal_decoupled, {}, {"eps_clip": 0.1, "c_clip": 1.5}),
     ("decoupled_ppo", areal_decoupled, {"behav_imp_weight_cap": 1.3}, {"upper": 1.3}),
+    # BAPO at the paper's values (the authors' README) and at their recipe's bapo_trainer.yaml / example script
+    ("bapo", authors_bapo, {}, {}),
+    (
+        "bapo",
+        authors_bapo,
+        {"adv_ratio_target": 1.0, "ratio_lower_max": 0.8, "ratio_upper_max": 2.0},
+        {"target": 1.0, "lo_max": 0.8, "hi_max": 2.0},
+    ),
+    (
+        "bapo",
+        authors_bapo,
+        {"ratio_lower_start": 0.8, "ratio_lower_max": 0.95, "ratio_upper_step": 0.1, "ratio_upper_max": 2.0},
+        {"lo": 0.8, "lo_max": 0.95, "hi_step": 0.1, "hi_max": 2.0},
+    ),
+    ("bapo", authors_bapo, {"adv_ratio_target": 3.0, "clip_c": 1.5}, {"target": 3.0, "clip_ratio_c": 1.5}),
 ]
 
 

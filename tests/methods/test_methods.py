@@ -454,8 +454,8 @@ def test_registry_names():
         + ["gppo", "ce_gppo", "dcpo", "m2po", "dppo_k25", "ipo"]
         # entropy-aware, from wizard-III/Archer2.0 (tests/methods/test_authors_parity.py)
         + ["aspo", "archer"]
-        # AReaL's decoupled PPO (tests/methods/test_authors_parity.py)
-        + ["decoupled_ppo"]
+        # AReaL's decoupled PPO and BAPO's per-batch bounds (tests/methods/test_authors_parity.py)
+        + ["decoupled_ppo", "bapo"]
     )
     assert method_extra_inputs("dppo_topk_kl") == ("topk_old_logps", "topk_logps")
     assert all(method_extra_inputs(n) == () for n in ALL if not n.startswith("dppo_topk"))
