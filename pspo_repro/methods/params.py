@@ -70,6 +70,9 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ratio_upper_start": _rule(lambda v: v >= 1, "a number >= 1"),
     "ratio_upper_max": _rule(lambda v: v >= 1, "a number >= 1"),
     "ratio_upper_step": _rule(lambda v: v >= 0, "a number >= 0"),
+    # ERC: the open band (low, high) of H_theta / H_old inside which a token keeps its gradient
+    "entropy_ratio_low": _rule(lambda v: v >= 0, "a number >= 0"),
+    "entropy_ratio_high": _rule(lambda v: v > 0, "a number > 0"),
 }
 
 

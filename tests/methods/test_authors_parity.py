@@ -507,3 +507,86 @@ def test_entropy_methods_refuse_to_run_without_entropies(name):
     logp, old, adv, mask, _ = entropy_batch(0)
     with pytest.raises(ValueError, match="needs the per-token entropies"):
         get_method(name)(logp, old, adv, mask)
+
+
+# ---------------------------------------------------------------- ERC (it takes the current and the old entropies)
+
+
+def authors_erc(
+    old, logp, adv, mask, entropy, old_entropy, cl=0.2, ch=0.28, clip_ratio_c=10.0, lo=0.95, hi=1.05
+):
+    # Kwai-Klear/ERC README compute_policy_loss_grpo_erc (tis_imp_ratio_cap <= 0): pg_losses before agg_loss
+    negative_approx_kl = torch.clamp(logp - old, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -adv * ratio
+    pg_losses2 = -adv * torch.clamp(ratio, 1 - cl, 1 + ch)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -adv * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1)
+    entropy_ratio = (entropy + 1e-8) / (old_entropy + 1e-8)
+    balanced_mask = ((entropy_ratio > lo) & (entropy_ratio < hi)) & mask.bool()
+    return torch.where(balanced_mask.bool(), pg_losses, pg_losses.detach())
+
+
+def erc_batch(seed):
+    """entropy_batch plus old entropies within ~10% of the current ones (both sides of the 0.95-1.05 band) and
+    a few exact zeros (the authors' 1e-8 guard)."""
+    logp, old, adv, mask, ent = entropy_batch(seed)
+    g = torch.Generator().manual_seed(seed + 70)
+    old_ent = ent * torch.exp(0.1 * torch.randn(ent.shape, generator=g, dtype=ent.dtype))
+    old_ent[1, :2] = 0.0
+    ent[2, :2] = 0.0
+    return logp, old, adv, mask, ent, old_ent
+
+
+@pytest.mark.parametrize(
+    ("params", "ref_params"),
+    [
+        ({}, {}),
+        ({"eps_low": 0.1, "eps_high": 0.3, "clip_c": 3.0, "entropy_ratio_low": 0.8, "entropy_ratio_high": 1.2},
+         {"cl": 0.1, "ch": 0.3, "clip_ratio_c": 3.0, "lo": 0.8, "hi": 1.2}),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_erc_matches_the_authors(params, ref_params, seed):
+    logp, old, adv, mask, ent, old_ent = erc_batch(seed)
+    x = logp.detach().clone().requires_grad_(True)
+    out = get_method("erc")(x, old, adv, mask, entropies=ent, old_entropies=old_ent, **params)
+    out.per_token_loss.sum().backward()
+    y = logp.detach().clone().requires_grad_(True)
+    want = authors_erc(old, y, adv, mask, ent, old_ent, **ref_params) * mask
+    want.sum().backward()
+    assert_same(out.per_token_loss.detach(), want.detach())
+    assert_same(x.grad, y.grad)
+    zero = ((x.grad == 0) & (adv != 0) & mask.bool()).sum() / mask.sum()
+    assert out.metrics["zero_grad_frac"].item() == pytest.approx(zero.item())
+
+
+def test_erc_detaches_exactly_the_tokens_outside_the_entropy_band():
+    logp, old, adv, mask, ent, old_ent = erc_batch(0)
+    x = logp.detach().clone().requires_grad_(True)
+    out = get_method("erc")(x, old, adv, mask, entropies=ent, old_entropies=old_ent)
+    out.per_token_loss.sum().backward()
+    _, g_dual, _ = ours("clip", logp, old, adv, mask, eps_low=0.2, eps_high=0.28, delta=10.0)
+    rho = (ent + 1e-8) / (old_ent + 1e-8)
+    inside = (rho > 0.95) & (rho < 1.05)
+    on = mask.bool() & (adv != 0) & (g_dual != 0)
+    assert (inside & on).any() and (~inside & on).any()  # both kinds, with a gradient to lose
+    assert (x.grad[~inside] == 0).all()
+    assert_same(x.grad[inside], g_dual[inside])  # inside the band: verl's dual-clip PPO (here clip + delta)
+    # the value is never changed, only the gradient
+    loss_dual, _, _ = ours("clip", logp, old, adv, mask, eps_low=0.2, eps_high=0.28, delta=10.0)
+    assert_same(out.per_token_loss.detach(), loss_dual)
+    assert out.metrics["entropy_clip_frac"].item() == pytest.approx(
+        ((~inside) & mask.bool()).sum().item() / mask.sum().item()
+    )
+
+
+@pytest.mark.parametrize("missing", ["entropies", "old_entropies"])
+def test_erc_refuses_to_run_without_both_entropies(missing):
+    logp, old, adv, mask, ent, old_ent = erc_batch(0)
+    given = {"entropies": ent, "old_entropies": old_ent}
+    del given[missing]
+    with pytest.raises(ValueError, match=f"needs the per-token {missing}"):
+        get_method("erc")(logp, old, adv, mask, **given)
