@@ -19,7 +19,13 @@ import time
 
 import torch
 
-from pspo_repro.methods import aggregate, get_method, list_methods, method_extra_inputs
+from pspo_repro.methods import (
+    aggregate,
+    get_method,
+    list_methods,
+    method_extra_inputs,
+    method_optional_inputs,
+)
 
 TOPK = 20
 
@@ -32,7 +38,13 @@ def make_inputs(b: int, t: int, seed: int = 0) -> dict[str, torch.Tensor]:
     mask = (torch.rand(b, t, generator=g) > 0.1).float()
     topk_old = torch.log_softmax(2 * torch.randn(b, t, TOPK, generator=g), -1) - 0.1
     topk_new = topk_old + 0.2 * torch.randn(b, t, TOPK, generator=g)
-    return {"logp": logp, "old": old, "adv": adv, "mask": mask, "topk_old": topk_old, "topk_new": topk_new}
+    # per-token entropies (ASPO, Archer, ERC) and the sampling policy's within a few percent of them (ERC)
+    entropies = 3 * torch.rand(b, t, generator=g)
+    old_entropies = entropies * torch.exp(0.05 * torch.randn(b, t, generator=g))
+    return {
+        "logp": logp, "old": old, "adv": adv, "mask": mask, "topk_old": topk_old, "topk_new": topk_new,
+        "entropies": entropies, "old_entropies": old_entropies,
+    }  # fmt: skip
 
 
 CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
@@ -44,6 +56,7 @@ def time_once(name: str, x: dict[str, torch.Tensor]) -> float:
     extra = (
         {"topk_old_logps": x["topk_old"], "topk_logps": x["topk_new"]} if method_extra_inputs(name) else {}
     )
+    extra.update({k: x[k] for k in ("entropies", "old_entropies") if k in method_optional_inputs(name)})
     start = clock()
     out = get_method(name)(logp, x["old"], x["adv"], x["mask"], **extra)
     aggregate(out.per_token_loss, x["mask"], "dapo").backward()

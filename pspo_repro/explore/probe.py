@@ -45,16 +45,19 @@ def call(
 ):
     """Call the registered ``name``; extra tensors a method requires default to the two-bucket top-K ones.
 
-    A method that takes ``entropies`` (ASPO, Archer) gets ``extra["entropies"]``, else one entropy for every
+    A method that takes ``entropies`` (ASPO, Archer, ERC) gets ``extra["entropies"]``, else one entropy for every
     token: each token is then at its response's entropy quantile, so the probes draw the low-entropy bounds.
+    ``old_entropies`` (ERC) likewise, zero by default: the same entropy as the current one, so ERC's entropy
+    ratio is 1 and the probes draw its clip.
     """
     needed = method_extra_inputs(name)
     if needed and extra is None:
         extra = two_bucket_topk(logp, old_logp)
     kwargs = {k: extra[k] for k in needed} if needed else {}
-    if "entropies" in method_optional_inputs(name):
-        given = extra.get("entropies") if extra else None
-        kwargs["entropies"] = torch.zeros_like(logp.detach()) if given is None else given
+    for key in ("entropies", "old_entropies"):
+        if key in method_optional_inputs(name):
+            given = extra.get(key) if extra else None
+            kwargs[key] = torch.zeros_like(logp.detach()) if given is None else given
     if kwargs and "topk" in params:
         # the method checks that its ``topk`` matches the tensors' K; the probes choose K themselves
         params = {**params, "topk": next(iter(kwargs.values())).shape[-1]}

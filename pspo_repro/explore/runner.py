@@ -46,7 +46,12 @@ ORDER = (
 # advantage, so covariance 0 everywhere) that pick is an arbitrary tie-break. kl_cov_ratio = 1 draws a penalised
 # token (the title says so); an unpenalised one follows noclip's curve. Clip-Cov needs no override: with zero
 # covariance no token is a candidate, so its curve is PPO's for an undetached token (a detached one is flat 0).
-FIGURE_PARAMS: dict[str, dict[str, Any]] = {"kl_cov": {"kl_cov_ratio": 1.0}}
+# AReaL's decoupled PPO rejects tokens with pi / pi_behav above behav_imp_weight_cap (5), beyond the plotted r <= 3:
+# its figure draws the cap at 2 (the title shows it).
+FIGURE_PARAMS: dict[str, dict[str, Any]] = {
+    "kl_cov": {"kl_cov_ratio": 1.0},
+    "decoupled_ppo": {"behav_imp_weight_cap": 2.0},
+}
 # The methods the checks need; run on the testbeds even when not selected for the figures.
 CHECK_METHODS = ("clip", "noclip", "pspo")
 

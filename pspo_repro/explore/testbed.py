@@ -136,9 +136,11 @@ def evaluate(tb: Tabular, batch: Batch, logits: torch.Tensor, name: str, params:
     logp = tb.logp(theta, batch.tokens)
     logp.retain_grad()
     extra = tb.topk_inputs(theta, batch.tokens, params.get("topk", 20)) if method_extra_inputs(name) else {}
-    with torch.no_grad():  # the current policy's entropy per position, for the methods that split by it
+    with torch.no_grad():  # the current and behaviour policies' entropy per position (ASPO, Archer, ERC)
         full = torch.log_softmax(theta, -1)
         extra["entropies"] = (-(full.exp() * full).sum(-1))[None].expand_as(logp)
+        old = torch.log_softmax(tb.behaviour_logits, -1)
+        extra["old_entropies"] = (-(old.exp() * old).sum(-1))[None].expand_as(logp)
     out = call(name, params, logp, batch.old_logp, batch.advantages, batch.mask, extra)
     loss = aggregate(out.per_token_loss, batch.mask, "dapo")
     loss.backward()

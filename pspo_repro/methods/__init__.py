@@ -9,18 +9,21 @@ Usage (the trainer)::
 
 ``method_extra_inputs(name)`` names the extra tensors a method needs (top-K DPPO only);
 ``method_optional_inputs(name)`` those it takes when the trainer has them (VESPO's importance_sampling_ratio,
-ASPO's and Archer's entropies).
+ASPO's, Archer's and ERC's entropies, ERC's old_entropies).
 """
 
 # Importing the method modules registers them (order irrelevant: names are unique).
 from pspo_repro.methods import (  # noqa: F401
     aspo,
+    bapo,
     cispo,
     clip,
     cov,
     dcpo,
+    decoupled,
     dppo,
     dro,
+    erc,
     gmpo,
     gpg,
     gppo,

@@ -59,6 +59,20 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eps_low_high_entropy": _rule(lambda v: v >= 0, "a number >= 0"),
     "eps_high_high_entropy": _rule(lambda v: v >= 0, "a number >= 0"),
     "entropy_quantile": _rule(lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
+    # AReaL's decoupled PPO: tokens with pi_prox / pi_behav above it are rejected (its RejectionSamplingConfig:
+    # "for 'ratio' metric: must be > 1.0")
+    "behav_imp_weight_cap": _rule(lambda v: v > 1, "a number > 1"),
+    # BAPO: explicit ratio bounds searched per batch (start, maximum, step) and the target P / N
+    "adv_ratio_target": _rule(lambda v: v >= 0, "a number >= 0"),
+    "ratio_lower_start": _rule(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "ratio_lower_max": _rule(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "ratio_lower_step": _rule(lambda v: v >= 0, "a number >= 0"),
+    "ratio_upper_start": _rule(lambda v: v >= 1, "a number >= 1"),
+    "ratio_upper_max": _rule(lambda v: v >= 1, "a number >= 1"),
+    "ratio_upper_step": _rule(lambda v: v >= 0, "a number >= 0"),
+    # ERC: the open band (low, high) of H_theta / H_old inside which a token keeps its gradient
+    "entropy_ratio_low": _rule(lambda v: v >= 0, "a number >= 0"),
+    "entropy_ratio_high": _rule(lambda v: v > 0, "a number > 0"),
 }
 
 

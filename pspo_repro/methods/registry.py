@@ -34,8 +34,9 @@ ROLLOUT_KEYS: dict[str, Any] = {
 # Optional tensor inputs (keyword default None). ``importance_sampling_ratio``: the rollout correction's token IS
 # weight [B, T] (``methods.rollout_correction``); a method that takes it applies it itself (VESPO, as TRL with
 # vLLM's ratio), and the trainer then does not multiply the per-token loss by it. ``entropies``: the current
-# policy's per-token entropy [B, T] at the sampling temperature, detached (ASPO, Archer).
-OPTIONAL_INPUTS = ("importance_sampling_ratio", "entropies")
+# policy's per-token entropy [B, T] at the sampling temperature, detached (ASPO, Archer, ERC).
+# ``old_entropies``: the same for the policy that sampled, stored at rollout beside the old log-probs (ERC).
+OPTIONAL_INPUTS = ("importance_sampling_ratio", "entropies", "old_entropies")
 
 
 @dataclass(frozen=True)

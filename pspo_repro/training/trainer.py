@@ -24,6 +24,11 @@ recomputed at rollout time from a no-grad forward of the policy that just sample
 its old log-probs), at the sampling temperature; if the sampled token is not among the K ids it replaces
 the K-th. The training forward then evaluates the current policy on those ids. With vLLM the same
 recomputation is used (vLLM's ``logprobs=K`` is not wired through TRL's generation).
+
+ERC's old entropies follow the same path: where TRL stores old log-probs, a no-grad forward at rollout (the
+same ``_get_per_token_logps_and_entropies`` at the sampling temperature) stores the sampling policy's
+per-position entropy as ``old_entropies``; where it stores none, the loss uses the current entropies, as it
+uses ``old = logps.detach()``.
 """
 
 from __future__ import annotations
@@ -88,7 +93,8 @@ class MethodGRPOTrainer(GRPOTrainer):
     # Tests only: ``hook(trainer, batch) -> [B, T]`` sampler log-probs for a batch whose generation returned
     # none (transformers' generate on CPU), e.g. from a perturbed copy of the policy; None: vLLM's or nothing.
     sampler_logps_hook: Callable[[Any, dict], torch.Tensor] | None = None
-    _method_takes_entropy: bool = False  # set in __init__: the method takes ``entropies`` (ASPO, Archer)
+    _method_takes_entropy: bool = False  # set in __init__: the method takes ``entropies`` (ASPO, Archer, ERC)
+    _method_takes_old_entropy: bool = False  # set in __init__: the method takes ``old_entropies`` (ERC)
 
     def __init__(
         self,
@@ -131,6 +137,8 @@ class MethodGRPOTrainer(GRPOTrainer):
         self._method_takes_is = "importance_sampling_ratio" in method_optional_inputs(method_name)
         # ASPO / Archer split tokens by the current policy's entropy, which the forward pass computes anyway
         self._method_takes_entropy = "entropies" in method_optional_inputs(method_name)
+        # ERC compares it with the sampling policy's, computed at rollout (``_rollout_entropies``)
+        self._method_takes_old_entropy = "old_entropies" in method_optional_inputs(method_name)
         self.rollout_correction = rollout_correction
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
@@ -185,12 +193,33 @@ class MethodGRPOTrainer(GRPOTrainer):
             out["old_per_token_logps"] = torch.cat(sampled_out)
         return out
 
+    @torch.no_grad()
+    def _rollout_entropies(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The sampling policy's per-position entropy [B, T] at the sampling temperature (ERC's ``H_old``), by
+        the same forward TRL uses for its old log-probs, before any optimizer step on this batch."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        size = (
+            self.args.per_device_train_batch_size
+            if self.model.training
+            else self.args.per_device_eval_batch_size
+        )
+        _, entropies, _ = self._get_per_token_logps_and_entropies(
+            self.model, input_ids, attention_mask, batch["completion_ids"].size(1), batch_size=size,
+            compute_entropy=True, **{k: batch.get(k) for k in _MM_KEYS},
+        )  # fmt: skip
+        return entropies
+
     def _generate_and_score_completions(self, inputs):
         batch = super()._generate_and_score_completions(inputs)
         # the correction first: top-K then replaces any stored old log-probs by its full-logits ones (its mu)
         self._rollout_correct(batch)
         if self._topk is not None:
             batch.update(self._rollout_topk(batch))
+        # ERC's H_old, stored beside the old log-probs; where TRL stores none, the batch is trained by the policy
+        # that sampled it and the loss's current entropies are H_old (as its old = logps.detach())
+        if self._method_takes_old_entropy and batch.get("old_per_token_logps") is not None:
+            batch["old_entropies"] = self._rollout_entropies(batch)
         return batch
 
     # ------------------------------------------------------------------ rollout correction
@@ -370,6 +399,8 @@ class MethodGRPOTrainer(GRPOTrainer):
             extra["importance_sampling_ratio"] = is_weights
         if self._method_takes_entropy:
             extra["entropies"] = entropies.detach()
+        if self._method_takes_old_entropy:
+            extra["old_entropies"] = self._old_entropies(inputs, entropies)
         out = self._method(logps, old_logps, advantages, mask, **extra, **self._method_params)
         per_token_loss = out.per_token_loss
 
@@ -422,6 +453,17 @@ class MethodGRPOTrainer(GRPOTrainer):
             first_pass=first_pass,
         )  # fmt: skip
         return loss
+
+    @staticmethod
+    def _old_entropies(inputs: dict[str, Any], entropies: torch.Tensor) -> torch.Tensor:
+        """ERC's ``H_old``: stored at rollout with the old log-probs; without stored old log-probs the batch is
+        on-policy and the current entropies are the sampling policy's."""
+        stored = inputs.get("old_entropies")
+        if stored is not None:
+            return stored
+        if inputs.get("old_per_token_logps") is not None:  # _generate_and_score_completions stores both
+            raise RuntimeError("old log-probs were stored at rollout but the old entropies were not")
+        return entropies.detach()
 
     def _is_first_pass(self) -> bool:
         """Whether this training micro-step is the first use of its slice of a freshly generated batch, with

@@ -131,6 +131,68 @@ def prime_ipo(old, logp, adv, mask, ipo_threshold=0.1, kl_tau=1e-3):
     return -(keep * adv * ratio) + kl_tau * (mask * lr**2)
 
 
+def areal_decoupled(old, logp, adv, mask, upper=5.0, eps_clip=0.4, eps_clip_higher=None, c_clip=None):
+    # inclusionAI/AReaL functional.py ppo_actor_loss_fn + apply_rejection_sampling (level token, metric ratio,
+    # action mask), with proximal_logprobs = the current log-probs, detached (AReaL recomputes pi_prox with
+    # the weights of this optimizer step). Per-token pg_loss, masked, before AReaL's sum / count. AReaL's
+    # ``.float()`` upcasts bf16 log-probs before subtracting; these float64 tensors keep their precision.
+    prox = logp.detach()
+    log_ratio = prox - old.detach()
+    log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, 0.0)
+    behave_imp_weight = torch.exp(log_ratio)
+    in_bounds = behave_imp_weight <= upper
+    loss_mask = (mask.bool() & in_bounds).to(mask.dtype)
+    behave_imp_weight = torch.where(loss_mask.bool(), behave_imp_weight, 0.0)
+    ratio = torch.where(loss_mask.bool(), torch.exp(logp - prox), 0)
+    clipped = torch.clamp(
+        ratio, 1.0 - eps_clip, 1.0 + (eps_clip if eps_clip_higher is None else eps_clip_higher)
+    )
+    pg_loss = torch.max(-adv * ratio, -adv * clipped)
+    if c_clip is not None:
+        pg_loss = torch.min(pg_loss, torch.sign(adv) * c_clip * adv)
+    pg_loss = pg_loss * behave_imp_weight
+    return torch.where(loss_mask.bool(), pg_loss, 0)
+
+
+def bapo_effective(ratio, adv, mask, lo, hi, eps=1e-8):
+    # WooooDyy/BAPO recipe/bapo/policy_loss.py _compute_effective_advantage (one process)
+    eff = torch.where(
+        adv >= 0, torch.minimum(ratio, ratio.new_tensor(hi)), torch.maximum(ratio, ratio.new_tensor(lo))
+    )
+    c = eff * adv * mask
+    pos, neg = c.clamp(min=0).sum(), (-c.clamp(max=0)).sum()
+    return ratio.new_tensor(float("inf")) if torch.all(neg <= 0) else pos / (neg + ratio.new_tensor(eps))
+
+
+def authors_bapo_bounds(old, logp, adv, mask, target=0.5, lo=0.6, lo_max=0.9, lo_step=0.05, hi=1.2, hi_max=3.0,
+                        hi_step=0.05):  # fmt: skip
+    # compute_policy_loss_bapo's two loops, as written there (a host sync per candidate)
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    rho = bapo_effective(ratio, adv, mask, lo, hi)
+    while rho.item() < target and lo < lo_max and lo_step > 0:
+        lo = min(lo + lo_step, lo_max)
+        rho = bapo_effective(ratio, adv, mask, lo, hi)
+        if rho.item() >= target:
+            break
+    while rho.item() < target and hi < hi_max and hi_step > 0:
+        hi = min(hi + hi_step, hi_max)
+        rho = bapo_effective(ratio, adv, mask, lo, hi)
+        if rho.item() >= target:
+            break
+    return lo, hi
+
+
+def authors_bapo(old, logp, adv, mask, clip_ratio_c=3.0, **search):
+    # compute_policy_loss_bapo: verl's dual clip with the searched bounds (pg_losses before agg_loss)
+    lo, hi = authors_bapo_bounds(old, logp, adv, mask, **search)
+    ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
+    pg_losses1 = -adv * ratio
+    pg_losses2 = -adv * torch.clamp(ratio, lo, hi)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    clip_pg_losses2 = torch.min(-adv * clip_ratio_c, clip_pg_losses1)
+    return torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1)
+
+
 def roll_kimi15(old, logp, adv, mask, tau=0.1):
     # alibaba/ROLL rlvr/actor_pg_worker.py _compute_kimi15_loss
     return -adv * logp + tau * 0.5 * (logp - old).pow(2)
@@ -175,6 +237,25 @@ CASES = [
     # Kimi k1.5 (ROLL pg_variant="kimi15", kimi15_tau 0.1) is verl's dro with dro_beta = tau
     ("dro", roll_kimi15, {}, {}),
     ("dro", roll_kimi15, {"dro_beta": 0.5}, {"tau": 0.5}),
+    # AReaL's decoupled PPO at its example's settings; its clip and dual clip are inert (u = pi / pi_prox == 1)
+    ("decoupled_ppo", areal_decoupled, {}, {}),
+    ("decoupled_ppo", areal_decoupled, {}, {"eps_clip": 0.1, "c_clip": 1.5}),
+    ("decoupled_ppo", areal_decoupled, {"behav_imp_weight_cap": 1.3}, {"upper": 1.3}),
+    # BAPO at the paper's values (the authors' README) and at their recipe's bapo_trainer.yaml / example script
+    ("bapo", authors_bapo, {}, {}),
+    (
+        "bapo",
+        authors_bapo,
+        {"adv_ratio_target": 1.0, "ratio_lower_max": 0.8, "ratio_upper_max": 2.0},
+        {"target": 1.0, "lo_max": 0.8, "hi_max": 2.0},
+    ),
+    (
+        "bapo",
+        authors_bapo,
+        {"ratio_lower_start": 0.8, "ratio_lower_max": 0.95, "ratio_upper_step": 0.1, "ratio_upper_max": 2.0},
+        {"lo": 0.8, "lo_max": 0.95, "hi_step": 0.1, "hi_max": 2.0},
+    ),
+    ("bapo", authors_bapo, {"adv_ratio_target": 3.0, "clip_c": 1.5}, {"target": 3.0, "clip_ratio_c": 1.5}),
 ]
 
 
@@ -286,6 +367,27 @@ def test_prime_losses_pull_dropped_tokens_back_only_through_the_squared_log_rati
         expected = torch.where(torch.tensor([dropped]), 0.0, pg) + 2 * 0.1 * lr
         assert_same(grad, expected)
         assert metrics["mask_frac"].item() == pytest.approx(sum(dropped) / 3)
+
+
+# ---------------------------------------------------------------- AReaL's decoupled PPO: defining property
+
+
+def test_decoupled_ppo_is_a_behaviour_weighted_gradient_with_rejection():
+    # pi_prox = the policy before this optimizer step = sg(pi_theta): the loss is -A w, its gradient -A w on
+    # kept tokens (w = pi_theta / pi_behav <= cap) and exactly zero on rejected ones; the clip never binds
+    logp, old, adv, mask = batch(6)
+    loss, grad, metrics = ours("decoupled_ppo", logp, old, adv, mask)
+    w = torch.exp(logp - old)
+    on = mask > 0
+    keep = (w <= 5.0) & on
+    assert (keep & (adv != 0)).any() and (~keep & on & (adv != 0)).any()  # both kinds present
+    assert_same(loss, torch.where(keep, -adv * w, 0.0))
+    assert_same(grad, torch.where(keep, -adv * w, 0.0))
+    assert metrics["mask_frac"].item() == pytest.approx(((~keep & on).sum() / on.sum()).item())
+    # with no stale data (pi_behav == pi_theta) it is the on-policy gradient -A grad(logp), as every method
+    _, g_fresh, _ = ours("decoupled_ppo", logp, logp.detach(), adv, mask)
+    _, g_noclip, _ = ours("noclip", logp, logp.detach(), adv, mask)
+    assert_same(g_fresh, g_noclip)
 
 
 # ---------------------------------------------------------------- ASPO and Archer (they take the token entropies)
@@ -405,3 +507,86 @@ def test_entropy_methods_refuse_to_run_without_entropies(name):
     logp, old, adv, mask, _ = entropy_batch(0)
     with pytest.raises(ValueError, match="needs the per-token entropies"):
         get_method(name)(logp, old, adv, mask)
+
+
+# ---------------------------------------------------------------- ERC (it takes the current and the old entropies)
+
+
+def authors_erc(
+    old, logp, adv, mask, entropy, old_entropy, cl=0.2, ch=0.28, clip_ratio_c=10.0, lo=0.95, hi=1.05
+):
+    # Kwai-Klear/ERC README compute_policy_loss_grpo_erc (tis_imp_ratio_cap <= 0): pg_losses before agg_loss
+    negative_approx_kl = torch.clamp(logp - old, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -adv * ratio
+    pg_losses2 = -adv * torch.clamp(ratio, 1 - cl, 1 + ch)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -adv * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1)
+    entropy_ratio = (entropy + 1e-8) / (old_entropy + 1e-8)
+    balanced_mask = ((entropy_ratio > lo) & (entropy_ratio < hi)) & mask.bool()
+    return torch.where(balanced_mask.bool(), pg_losses, pg_losses.detach())
+
+
+def erc_batch(seed):
+    """entropy_batch plus old entropies within ~10% of the current ones (both sides of the 0.95-1.05 band) and
+    a few exact zeros (the authors' 1e-8 guard)."""
+    logp, old, adv, mask, ent = entropy_batch(seed)
+    g = torch.Generator().manual_seed(seed + 70)
+    old_ent = ent * torch.exp(0.1 * torch.randn(ent.shape, generator=g, dtype=ent.dtype))
+    old_ent[1, :2] = 0.0
+    ent[2, :2] = 0.0
+    return logp, old, adv, mask, ent, old_ent
+
+
+@pytest.mark.parametrize(
+    ("params", "ref_params"),
+    [
+        ({}, {}),
+        ({"eps_low": 0.1, "eps_high": 0.3, "clip_c": 3.0, "entropy_ratio_low": 0.8, "entropy_ratio_high": 1.2},
+         {"cl": 0.1, "ch": 0.3, "clip_ratio_c": 3.0, "lo": 0.8, "hi": 1.2}),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_erc_matches_the_authors(params, ref_params, seed):
+    logp, old, adv, mask, ent, old_ent = erc_batch(seed)
+    x = logp.detach().clone().requires_grad_(True)
+    out = get_method("erc")(x, old, adv, mask, entropies=ent, old_entropies=old_ent, **params)
+    out.per_token_loss.sum().backward()
+    y = logp.detach().clone().requires_grad_(True)
+    want = authors_erc(old, y, adv, mask, ent, old_ent, **ref_params) * mask
+    want.sum().backward()
+    assert_same(out.per_token_loss.detach(), want.detach())
+    assert_same(x.grad, y.grad)
+    zero = ((x.grad == 0) & (adv != 0) & mask.bool()).sum() / mask.sum()
+    assert out.metrics["zero_grad_frac"].item() == pytest.approx(zero.item())
+
+
+def test_erc_detaches_exactly_the_tokens_outside_the_entropy_band():
+    logp, old, adv, mask, ent, old_ent = erc_batch(0)
+    x = logp.detach().clone().requires_grad_(True)
+    out = get_method("erc")(x, old, adv, mask, entropies=ent, old_entropies=old_ent)
+    out.per_token_loss.sum().backward()
+    _, g_dual, _ = ours("clip", logp, old, adv, mask, eps_low=0.2, eps_high=0.28, delta=10.0)
+    rho = (ent + 1e-8) / (old_ent + 1e-8)
+    inside = (rho > 0.95) & (rho < 1.05)
+    on = mask.bool() & (adv != 0) & (g_dual != 0)
+    assert (inside & on).any() and (~inside & on).any()  # both kinds, with a gradient to lose
+    assert (x.grad[~inside] == 0).all()
+    assert_same(x.grad[inside], g_dual[inside])  # inside the band: verl's dual-clip PPO (here clip + delta)
+    # the value is never changed, only the gradient
+    loss_dual, _, _ = ours("clip", logp, old, adv, mask, eps_low=0.2, eps_high=0.28, delta=10.0)
+    assert_same(out.per_token_loss.detach(), loss_dual)
+    assert out.metrics["entropy_clip_frac"].item() == pytest.approx(
+        ((~inside) & mask.bool()).sum().item() / mask.sum().item()
+    )
+
+
+@pytest.mark.parametrize("missing", ["entropies", "old_entropies"])
+def test_erc_refuses_to_run_without_both_entropies(missing):
+    logp, old, adv, mask, ent, old_ent = erc_batch(0)
+    given = {"entropies": ent, "old_entropies": old_ent}
+    del given[missing]
+    with pytest.raises(ValueError, match=f"needs the per-token {missing}"):
+        get_method("erc")(logp, old, adv, mask, **given)

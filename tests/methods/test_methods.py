@@ -52,11 +52,17 @@ def topk_inputs(logp: torch.Tensor, k: int = 20, seed: int = 0) -> dict[str, tor
 
 def method_inputs(name: str, logp: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
     """The tensors ``name`` takes besides the four: top-K log-probs (top-K DPPO), per-token entropies in
-    [0, 3) (ASPO, Archer: varied, so the per-response quantile splits the tokens)."""
+    [0, 3) (ASPO, Archer, ERC: varied, so the per-response quantile splits the tokens), and old entropies
+    within a few percent of them (ERC: some tokens inside its entropy-ratio band, some outside)."""
     extra = topk_inputs(logp.detach()) if method_extra_inputs(name) else {}
-    if "entropies" in method_optional_inputs(name):
+    optional = method_optional_inputs(name)
+    if "entropies" in optional:
         g = torch.Generator().manual_seed(seed)
-        extra["entropies"] = (3 * torch.rand(logp.shape, generator=g, dtype=torch.float64)).to(logp.dtype)
+        ent = 3 * torch.rand(logp.shape, generator=g, dtype=torch.float64)
+        extra["entropies"] = ent.to(logp.dtype)
+        if "old_entropies" in optional:
+            moved = torch.exp(0.05 * torch.randn(logp.shape, generator=g, dtype=torch.float64))
+            extra["old_entropies"] = (ent * moved).to(logp.dtype)
     return extra
 
 
@@ -454,6 +460,10 @@ def test_registry_names():
         + ["gppo", "ce_gppo", "dcpo", "m2po", "dppo_k25", "ipo"]
         # entropy-aware, from wizard-III/Archer2.0 (tests/methods/test_authors_parity.py)
         + ["aspo", "archer"]
+        # AReaL's decoupled PPO and BAPO's per-batch bounds (tests/methods/test_authors_parity.py)
+        + ["decoupled_ppo", "bapo"]
+        # entropy-ratio clipping, from the Kwai-Klear/ERC README (tests/methods/test_authors_parity.py)
+        + ["erc"]
     )
     assert method_extra_inputs("dppo_topk_kl") == ("topk_old_logps", "topk_logps")
     assert all(method_extra_inputs(n) == () for n in ALL if not n.startswith("dppo_topk"))
