@@ -16,6 +16,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from trl.trainer.utils import add_fused_lm_head
 
 from pspo_repro.common.cli import UsageError
 from pspo_repro.common.paths import CONF_DIR
@@ -204,6 +205,10 @@ def _perturbed_copy_hook(scale: float):
         if "model" not in state:
             g = torch.Generator().manual_seed(0)
             state["model"] = copy.deepcopy(trainer.model).eval()
+            # TRL's fused head patches model.forward with a closure over the *original* model's forward, which
+            # a deepcopy keeps: re-patch the copy so both heads (fused and plain) run the perturbed weights.
+            del state["model"].forward
+            add_fused_lm_head(state["model"], temperature=trainer.temperature, outputs=("log_probs", "entropy"))
             with torch.no_grad():
                 for p in state["model"].parameters():
                     p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
