@@ -64,11 +64,14 @@ def init_model(arch: dict[str, Any] | None, seed: int):
         return AutoModelForCausalLM.from_pretrained(
             base, dtype=torch.float32, use_safetensors=True
         ), tokenizer
-    model_cfg = AutoModelForCausalLM.from_pretrained(base, use_safetensors=True).config
-    for key, value in arch.items():
-        if not hasattr(model_cfg, key):
+    base_cfg = AutoModelForCausalLM.from_pretrained(base, use_safetensors=True).config
+    for key in arch:
+        if not hasattr(base_cfg, key):
             raise ValueError(f"model.arch: {key!r} is not a Qwen2Config field")
-        setattr(model_cfg, key, value)
+    # Rebuilt from a dict, not set attribute by attribute: fields derived at construction (layer_types, one
+    # per layer) must follow num_hidden_layers.
+    fields = {k: v for k, v in base_cfg.to_dict().items() if k not in ("layer_types", "max_window_layers")}
+    model_cfg = type(base_cfg)(**{**fields, **arch})
     if model_cfg.head_dim * model_cfg.num_attention_heads != model_cfg.hidden_size:
         raise ValueError("model.arch: hidden_size must equal num_attention_heads * head_dim (64)")
     torch.manual_seed(seed)
