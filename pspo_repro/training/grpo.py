@@ -538,16 +538,33 @@ def _build_trainer(
         loss_agg=plan.method.loss_agg,
         lr_token_budget=lr_token_budget(t),
         rollout_correction=plan.method.rollout_correction,
-        logprob_head=resolve_logprob_head(t.get("logprob_head", "auto"), use_cuda),
+        logprob_head=resolve_logprob_head(
+            t.get("logprob_head", "auto"), use_cuda, plain_head_bytes(model, t)
+        ),
     )
     return trainer, nonfinite, budget, stopper
 
 
-def resolve_logprob_head(name: str, use_cuda: bool) -> str:
+# The plain head keeps a micro-batch's completion logits (and their softmax) for the backward pass, which TRL's
+# fused head recomputes instead: above this estimate ``auto`` takes the fused head (e.g. Qwen's 151,936-way
+# vocabulary at the paper's batch), below it the plain head (the CPU mini: ~0.15 GB).
+PLAIN_HEAD_MAX_BYTES = 2 * 1024**3
+
+
+def plain_head_bytes(model, t) -> int:
+    """The plain head's estimated peak for one micro-batch: rows x completion tokens x vocabulary x fp32, three
+    copies (logits, log-softmax, its gradient)."""
+    vocab = int(model.config.get_text_config().vocab_size)
+    rows = max(int(t.per_device_train_batch_size), int(t.get("per_device_eval_batch_size") or 0))
+    return rows * int(t.max_completion_length) * vocab * 4 * 3
+
+
+def resolve_logprob_head(name: str, use_cuda: bool, plain_bytes: int = 0) -> str:
     """``trainer.logprob_head``: ``auto`` is TRL's fused head on CUDA (its Triton kernel scores the completion
-    tokens only) and the plain head elsewhere (trainer.MethodGRPOTrainer._get_per_token_logps_and_entropies)."""
+    tokens only) or where the plain head's logits would exceed ``PLAIN_HEAD_MAX_BYTES``, and the plain head
+    elsewhere (trainer.MethodGRPOTrainer._get_per_token_logps_and_entropies)."""
     if name == "auto":
-        return "fused" if use_cuda else "plain"
+        return "fused" if use_cuda or plain_bytes > PLAIN_HEAD_MAX_BYTES else "plain"
     return name
 
 

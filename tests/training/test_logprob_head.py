@@ -13,7 +13,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from pspo_repro.common.run_dir import INFRA_TRAINER_KEYS
-from pspo_repro.training.grpo import resolve_logprob_head
+from pspo_repro.training.grpo import PLAIN_HEAD_MAX_BYTES, plain_head_bytes, resolve_logprob_head
 from pspo_repro.training.settings import UsageError, validate_flags
 from pspo_repro.training.trainer import MethodGRPOTrainer
 
@@ -88,10 +88,20 @@ def test_plain_head_entropies_carry_no_gradient():
     assert not ent.requires_grad
 
 
-def test_auto_resolves_by_device():
+def test_auto_resolves_by_device_and_logits_size():
     assert resolve_logprob_head("auto", use_cuda=False) == "plain"
     assert resolve_logprob_head("auto", use_cuda=True) == "fused"
     assert resolve_logprob_head("fused", use_cuda=False) == "fused"
+    assert resolve_logprob_head("plain", use_cuda=True) == "plain"
+    mini = SimpleNamespace(config=Qwen2Config(vocab_size=2048))
+    qwen = SimpleNamespace(config=Qwen2Config(vocab_size=151_936))
+    t_mini = OmegaConf.create({"per_device_train_batch_size": 128, "max_completion_length": 48})
+    t_paper = OmegaConf.create({"per_device_train_batch_size": 8, "per_device_eval_batch_size": 64,
+                                "max_completion_length": 512})
+    assert plain_head_bytes(mini, t_mini) == 128 * 48 * 2048 * 12  # ~0.15 GB: the CPU mini takes the plain head
+    assert resolve_logprob_head("auto", False, plain_head_bytes(mini, t_mini)) == "plain"
+    assert plain_head_bytes(qwen, t_paper) > PLAIN_HEAD_MAX_BYTES  # Qwen's vocabulary at batch 64: fused
+    assert resolve_logprob_head("auto", False, plain_head_bytes(qwen, t_paper)) == "fused"
     assert "logprob_head" in INFRA_TRAINER_KEYS  # the same numbers: not part of a run's identity
 
 
