@@ -16,6 +16,7 @@ ASPO's, Archer's and ERC's entropies, ERC's old_entropies).
 from pspo_repro.methods import (  # noqa: F401
     aspo,
     bapo,
+    bypass,
     cispo,
     clip,
     cov,

@@ -73,6 +73,12 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     # ERC: the open band (low, high) of H_theta / H_old inside which a token keeps its gradient
     "entropy_ratio_low": _rule(lambda v: v >= 0, "a number >= 0"),
     "entropy_ratio_high": _rule(lambda v: v > 0, "a number > 0"),
+    # verl bypass_mode's rejection thresholds between the current and the rollout policy; null: estimator off.
+    # k1 bounds the ratio pi_old / pi_theta from below / above (so the kept band always contains ratio 1)
+    "rs_k1_low": _rule(lambda v: 0 < v <= 1, "null or a number in (0, 1]", nullable=True),
+    "rs_k1_high": _rule(lambda v: v >= 1, "null or a number >= 1", nullable=True),
+    "rs_k2": _rule(lambda v: v > 0, "null or a number > 0", nullable=True),
+    "rs_k3": _rule(lambda v: v > 0, "null or a number > 0", nullable=True),
 }
 
 

@@ -464,6 +464,8 @@ def test_registry_names():
         + ["decoupled_ppo", "bapo"]
         # entropy-ratio clipping, from the Kwai-Klear/ERC README (tests/methods/test_authors_parity.py)
         + ["erc"]
+        # verl's bypass_mode rejection masks, one per level (tests/methods/test_bypass.py)
+        + ["bypass_token_rs", "bypass_seq_mean_rs", "bypass_seq_max_rs"]
     )
     assert method_extra_inputs("dppo_topk_kl") == ("topk_old_logps", "topk_logps")
     assert all(method_extra_inputs(n) == () for n in ALL if not n.startswith("dppo_topk"))
