@@ -410,7 +410,7 @@ def setup_stale_is_file(tmp, results, tiny):
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
     # --- train: names of things
-    ("train-unknown-method", "train", ["method=nope"], None, None, ["'nope'", "options: archer, aspo, bapo, ce_gppo, cispo, clip"]),
+    ("train-unknown-method", "train", ["method=nope"], None, None, ["'nope'", "options: archer, aspo, bapo, bypass_seq_max_rs, bypass_seq_mean_rs, bypass_token_rs, ce_gppo, cispo, clip"]),
     ("train-unknown-model", "train", ["model=gpt9"], None, None, ["'gpt9'", "options:", "tiny"]),
     ("train-unknown-dataset", "train", ["data=nope"], None, None, ["unknown data 'nope'", "gsm8k"]),
     ("train-unknown-dataset-name", "train", ["model=tiny", "data.name=nope"], None, None, ["'nope'", "allowed: ", "gsm8k"]),

@@ -103,7 +103,10 @@ CASES = [
     ("bypass_seq_mean_rs", {}),
     ("bypass_seq_mean_rs", {"rs_k1_low": 0.85, "rs_k1_high": 1.15}),
     ("bypass_seq_mean_rs", {"rs_k1_low": None, "rs_k1_high": None, "rs_k2": 0.06}),
-    ("bypass_seq_mean_rs", {"rs_k1_low": None, "rs_k1_high": None, "rs_k3": 0.01}),  # verl bypass_ppo_clip_k3_rs
+    (
+        "bypass_seq_mean_rs",
+        {"rs_k1_low": None, "rs_k1_high": None, "rs_k3": 0.01},
+    ),  # verl bypass_ppo_clip_k3_rs
     ("bypass_seq_mean_rs", {"rs_k1_low": 0.8, "rs_k1_high": 1.2, "rs_k3": 0.08}),
     ("bypass_seq_max_rs", {}),
     ("bypass_seq_max_rs", {"rs_k2": 0.3}),
@@ -161,9 +164,13 @@ def test_one_sided_k1_and_all_off():
     logp, old, adv, mask = batch(4)
     clip = get_method("clip")(logp, old, adv, mask, eps_low=0.2, eps_high=0.2, delta=3.0).per_token_loss
     off = validate_params("bypass_token_rs", {"rs_k1_low": None, "rs_k1_high": None})
-    torch.testing.assert_close(get_method("bypass_token_rs")(logp, old, adv, mask, **off).per_token_loss, clip)
+    torch.testing.assert_close(
+        get_method("bypass_token_rs")(logp, old, adv, mask, **off).per_token_loss, clip
+    )
     off = validate_params("bypass_seq_max_rs", {"rs_k2": None})
-    torch.testing.assert_close(get_method("bypass_seq_max_rs")(logp, old, adv, mask, **off).per_token_loss, clip)
+    torch.testing.assert_close(
+        get_method("bypass_seq_max_rs")(logp, old, adv, mask, **off).per_token_loss, clip
+    )
 
     lr = (logp - old) * mask
     upper_only = validate_params("bypass_token_rs", {"rs_k1_low": None, "rs_k1_high": 1.2})
