@@ -52,6 +52,7 @@ adjusted p below ``ALPHA`` in the direction the rule names ("not resolved" other
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
@@ -66,8 +67,9 @@ from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
-from pspo_repro.common.atomic import atomic_open
+from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
+from pspo_repro.common.output_dirs import out_dir_error
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
 GRAD_CLIPPED = "grad_clipped"  # run_stat: share of optimizer steps whose gradient norm was clipped
@@ -829,11 +831,14 @@ def rows_csv(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def frontier_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
-    """claims_frontier.png: each frontier measurement's runs (gain, retention) and fitted lines."""
+def frontier_figure(results: list[dict[str, Any]]) -> bytes | None:
+    """claims_frontier.png as bytes (written with the other outputs as one set): each frontier measurement's
+    runs (gain, retention) and fitted lines; None when no claim reads a frontier."""
     fronts = [m for r in results for m in r["measured"].values() if "points" in m.extra]
     if not fronts:
         return None
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -856,32 +861,42 @@ def frontier_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
         ax.set_title(m.label, fontsize=9)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_open(path, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
-    return path
+    return buf.getvalue()
+
+
+# Suffixes of claims' outputs: temporaries of these names left by a kill are removed on the next write.
+OUTPUT_SUFFIXES = (".md", ".csv", ".png")
+FRONTIER_PNG = "claims_frontier.png"
 
 
 def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     """Compute every claim from ``results_dir``; write ``claims.md`` and ``claims.csv`` (and
-    ``claims_frontier.png`` when a claim reads a frontier) into ``out_dir``."""
+    ``claims_frontier.png`` when a claim reads a frontier) into ``out_dir`` as one set (``atomic.write_set``:
+    after a failure or a kill the folder holds the previous set or the new one, never a mix). A frontier
+    figure of the previous set that this one does not draw is moved into ``stale/``, as aggregate's extras."""
     claims = load_spec(spec)
     tuning = load_tuning(spec)
     rec = Records.read(results_dir)
     results = evaluate(rec, claims, tuning)  # everything computed before anything is written
     rows = rows_csv(results)
     cols = list(dict.fromkeys(k for row in rows for k in row))
-    out_dir.mkdir(parents=True, exist_ok=True)
     md, table = out_dir / "claims.md", out_dir / "claims.csv"
     selections = [rec.selected[k] for k in sorted(rec.selected)]
-    with atomic_open(md, "w", encoding="utf-8") as fh:
-        fh.write(markdown(results, results_dir.name, selections))
-    with atomic_open(table, "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
-    fig = frontier_figure(results, out_dir / "claims_frontier.png")
-    return [md, table] + ([fig] if fig else [])
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    files: dict[Path, str | bytes] = {md: markdown(results, results_dir.name, selections), table: text.getvalue()}
+    png = frontier_figure(results)
+    if png is not None:
+        files[out_dir / FRONTIER_PNG] = png
+    old = out_dir / FRONTIER_PNG
+    aside = [FRONTIER_PNG] if png is None and old.is_file() and not old.is_symlink() else []
+    write_set(files, OUTPUT_SUFFIXES, aside)
+    return list(files)
 
 
 KEYS = ("results_dir", "out_dir", "spec")
@@ -898,5 +913,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = Path(args.get("spec") or CONF_DIR / "claims.yaml")
     if not spec.is_file():
         print(f"error: spec={spec} is not a file", file=sys.stderr)
+        return 2
+    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
         return 2
     return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), spec)

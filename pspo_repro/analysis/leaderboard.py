@@ -41,6 +41,7 @@ A method added to the registry appears with no edit here.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
@@ -58,8 +59,9 @@ from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.step_norms import StepNorms, run_step_norms
 from pspo_repro.analysis.tables import CLIPPED
-from pspo_repro.common.atomic import atomic_open
-from pspo_repro.common.cli import parse_key_values
+from pspo_repro.common.atomic import write_set
+from pspo_repro.common.cli import USAGE_EXIT, parse_key_values
+from pspo_repro.common.output_dirs import out_dir_error
 
 DATASET = "synthetic"  # the rewarded task
 HELDOUT = "synthetic_heldout"  # the held-out skill (never rewarded)
@@ -525,11 +527,17 @@ def figure(regimes: list[Regime], base: float | None):
     return fig
 
 
+# Suffixes of the leaderboard's outputs: temporaries of these names left by a kill are removed on the next write.
+OUTPUT_SUFFIXES = (".md", ".csv", ".png")
+
+
 def write(
     results_dir: Path, out_dir: Path, tag: str = "", offpolicy_tag: str | None = None,
     reference: str = "clip", alpha: float = 0.05,
 ) -> list[Path]:  # fmt: skip
-    """Compute the leaderboard from ``results_dir``; write leaderboard.md/.csv/.png into ``out_dir``.
+    """Compute the leaderboard from ``results_dir``; write leaderboard.md/.csv/.png into ``out_dir`` as one
+    set (``atomic.write_set``: after a failure or a kill the folder holds the previous three or the new
+    three, never a mix).
 
     Raises UnknownReference when ``reference`` is no method of the records' evaluation cells."""
     rec = Records.read(results_dir)
@@ -547,19 +555,15 @@ def write(
     base = _base(rec, DATASET)
     md = markdown(regimes, base, alpha)  # everything computed before anything is written
     rows = csv_rows(regimes)
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
     from pspo_repro.analysis.plots import render
 
     png = render(figure(regimes, base))["png"]
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.png"]
-    with atomic_open(paths[0], "w", encoding="utf-8") as fh:
-        fh.write(md)
-    with atomic_open(paths[1], "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with atomic_open(paths[2], "wb") as fh:
-        fh.write(png)
+    write_set({paths[0]: md, paths[1]: table.getvalue(), paths[2]: png}, OUTPUT_SUFFIXES)
     return paths
 
 
@@ -581,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < alpha < 1:
         print(f"error: alpha={args.get('alpha')!r} must be a number in (0, 1)", file=sys.stderr)
         return 2
+    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         paths = write(Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
                       args.get("offpolicy_tag") or None, args.get("reference") or "clip", alpha)  # fmt: skip
@@ -590,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError) as exc:  # bad or missing records, as common.cli.run_writer
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk mid-write: write_set names the target and keeps the previous set
+        print(f"error: cannot write the outputs: {exc.strerror or exc}", file=sys.stderr)
+        return USAGE_EXIT
     for path in paths:
         print(f"wrote {path}")
     return 0

@@ -40,7 +40,7 @@ from pspo_repro.analysis.stats import Interval, clip_interval, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
-from pspo_repro.common.output_dirs import folder_problem
+from pspo_repro.common.output_dirs import out_dir_error
 from pspo_repro.common.safe_paths import check_name
 
 log = logging.getLogger(__name__)
@@ -247,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # before anything is read or written
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if why := folder_problem(args["out_dir"]):  # a file, read-only, a name too long: before any work
-        print(f"error: cannot write the outputs under out_dir={args['out_dir']}: {why}", file=sys.stderr)
+    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
         return 2
     return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag", ""),
                       args.get("name") or "regime")  # fmt: skip

@@ -1,0 +1,106 @@
+"""A small results tree every analysis command can read: evaluation cells and training runs of three
+registered methods (clip, pspo, noclip) on the tiny model, three seeds each, with a base model's cells.
+
+Used by the tests of the one writer, the one reader and the run-record edits (issue 36): aggregate, regime,
+claims and the leaderboard all read it in well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+METHODS = ("clip", "pspo", "noclip")
+SEEDS = (0, 1, 2)
+DATASETS = ("synthetic", "synthetic_heldout")
+PROMPTS = 6
+
+
+def flags(method: str, seed: int, dataset: str) -> list[int]:
+    """Greedy per-prompt correctness, fixed pseudo-random per method, seed and dataset (every table has
+    spread, and the methods differ)."""
+    rng = random.Random(f"{method}/{seed}/{dataset}")
+    return [int(rng.random() < 0.3 + 0.15 * METHODS.index(method)) for _ in range(PROMPTS)]
+
+
+def cell(root: Path, method: str, seed: int, dataset: str, values: list[int], model: str = "tiny") -> Path:
+    """One T = 0 evaluation cell (n = 1 per prompt) whose stored metrics agree with its rows."""
+    rows = [{"id": f"{dataset}/test/{i}", "n": 1, "true_correct": f, "reward_correct": f, "mean_length": 9.0}
+            for i, f in enumerate(values)]  # fmt: skip
+    acc = sum(values) / len(values)
+    record = {"schema_version": 1, "model": model, "method": method, "seed": seed, "tag": "", "run_dir": None,
+              "checkpoint": "ckpt", "dataset": dataset, "num_prompts": len(values), "limit": None,
+              "rows_sha256": f"sha-{dataset}", "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 48,
+              "n_samples": 1, "sampling_seed": 1, "prompt_template": "none", "backend": "hf", "config": {},
+              "versions": {}, "git_sha": "x", "per_prompt": rows,
+              "metrics": {"true_acc": acc, "reward_acc": acc, "mean_length": 9.0}}  # fmt: skip
+    path = root / "eval" / model / method / f"seed{seed}" / dataset / "T0.0.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+def metrics_lines(method: str, seed: int, steps: int = 4) -> list[dict]:
+    """metrics.jsonl rows: optimizer steps with loss, reward, gradient norm and method statistics, and a
+    validation reward every other step."""
+    out, k = [], METHODS.index(method) if method in METHODS else 0
+    for i in range(steps):
+        row = {"step": i + 1, "num_tokens": 100 * (i + 1), "train/loss": 0.1, "train/reward": 0.4 + 0.05 * i,
+               "train/grad_norm": 0.5 + 0.4 * ((i + seed + k) % 3), "method/zero_grad_frac": 0.1 * (i % 2) * k,
+               "method/ratio_max": 1.0 + 0.1 * (i % 2), "train/ratio_std": 0.01 * i,
+               "train/behaviour_kl": 0.001 * i}  # fmt: skip
+        if i % 2 == 1:
+            row["eval/reward"] = 0.3 + 0.01 * seed + 0.02 * i * (k + 1)
+        out.append(row)
+    return out
+
+
+def run(root: Path, method: str, seed: int, model: str = "tiny", model_path: str = "/models/tiny") -> Path:
+    """One finished run folder: run.json (identity, config with the model, method and trainer settings) and
+    its metrics.jsonl."""
+    folder = root / "runs" / model / method / f"seed{seed}"
+    folder.mkdir(parents=True)
+    config = {"model": {"name": model, "path": model_path, "hub_id": None},
+              "method": {"name": method, "loss_agg": "dapo", "num_iterations": 2},
+              "trainer": {"max_grad_norm": 1.0, "learning_rate": 3e-4, "eval_steps": 2}}  # fmt: skip
+    info = {"model": model, "method": method, "seed": seed, "tag": "", "status": "finished", "config": config,
+            "run_dir": str(folder)}  # fmt: skip
+    (folder / "run.json").write_text(json.dumps(info))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_lines(method, seed)))
+    return folder
+
+
+def build(root: Path, methods=METHODS, seeds=SEEDS) -> Path:
+    """The whole tree under ``root``: the base model's cells, and per method and seed two cells and a run."""
+    for dataset in DATASETS:
+        cell(root, "baseline", 0, dataset, [int(i % 3 == 0) for i in range(PROMPTS)])
+    for method in methods:
+        for seed in seeds:
+            for dataset in DATASETS:
+                cell(root, method, seed, dataset, flags(method, seed, dataset))
+            run(root, method, seed)
+    return root
+
+
+def spec(path: Path, quote: str = "q", frontier: bool = False) -> Path:
+    """A claims spec reading the tree: pspo's accuracy, pspo minus clip, a run statistic, a collapse count
+    (and a frontier when asked); ``quote`` is the first claim's quote."""
+    measures = [
+        {"id": "acc", "kind": "accuracy", "a": {"method": "pspo"}},
+        {"id": "diff", "kind": "compare", "a": {"method": "pspo"}, "b": {"method": "clip"}},
+        {"id": "zg", "kind": "run_stat", "a": {"method": "pspo"}, "stat": "method/zero_grad_frac"},
+        {"id": "gc", "kind": "run_stat", "a": {"method": "clip"}, "stat": "grad_clipped"},
+        {"id": "val", "kind": "val_reward", "a": {"method": "noclip"}},
+        {"id": "col", "kind": "collapse", "a": {"method": "clip"}},
+    ]
+    if frontier:
+        measures.append({"id": "fr", "kind": "frontier", "a": {"method": "pspo", "groups": [{}]},
+                         "b": {"method": "clip", "groups": [{}]}})  # fmt: skip
+    claims = [{"id": "c1", "claim": "PSPO beats clip", "quote": quote, "section": "s 1", "test": "t",
+               "test_short": "toy", "key": "diff", "measure": measures,
+               "verdict": {"rule": "greater", "diff": "diff"}}]  # fmt: skip
+    import yaml
+
+    path.write_text(yaml.safe_dump({"claims": claims}))
+    return path
