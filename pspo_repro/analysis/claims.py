@@ -119,6 +119,22 @@ class Records:
         runs, metrics = load_runs(root)
         return cls(root, evals, runs, metrics)
 
+    def check_one_model(self, command: str) -> None:
+        """ClaimsError when the records hold cells or runs of more than one model folder: ``command`` (the
+        claims, the leaderboard) compares methods of one model, and would merge another model's seeds into
+        its rows. The line names a file of each model."""
+        where: dict[str, str] = {}
+        for frame, column in ((self.evals, "file"), (self.runs, "run_dir")):
+            if not frame.empty:
+                for model, path in zip(frame["model"].astype(str), frame[column].astype(str), strict=True):
+                    where.setdefault(model, path)
+        if len(where) > 1:
+            raise ClaimsError(
+                f"{command} compares the methods of one model, but {self.root} holds {len(where)}: "
+                + "; ".join(f"{m} (e.g. {where[m]})" for m in sorted(where))
+                + "; give a results_dir of one model"
+            )
+
     def selection(self, method: str, tuned: str, point: dict[str, Any]) -> Selection:
         """The value ``tuning[tuned]`` selects for ``method`` (and the point's other keys), recomputed from the
         tuning runs' validation rewards (analysis.tuning.select: the pipeline's own choice)."""
@@ -880,6 +896,7 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     claims = load_spec(spec)
     tuning = load_tuning(spec)
     rec = Records.read(results_dir)
+    rec.check_one_model("the claims table")
     results = evaluate(rec, claims, tuning)  # everything computed before anything is written
     rows = rows_csv(results)
     cols = list(dict.fromkeys(k for row in rows for k in row))

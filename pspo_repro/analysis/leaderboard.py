@@ -35,7 +35,8 @@ when given, those tagged ``offpolicy_tag`` (rollout reuse). Per method, every nu
 - collapses: seeds whose final greedy true accuracy is not above the base model's, or whose training
   reward in the last quarter of steps fell below half of the first steps' (``regime.run_stats``).
 
-A method added to the registry appears with no edit here.
+A method added to the registry appears with no edit here. The records must be of one model (rows are keyed
+by method): a second model's cells or runs are refused, naming a file of each (``Records.check_one_model``).
 """
 
 from __future__ import annotations
@@ -541,6 +542,7 @@ def write(
 
     Raises UnknownReference when ``reference`` is no method of the records' evaluation cells."""
     rec = Records.read(results_dir)
+    rec.check_one_model("the leaderboard")
     if not rec.evals.empty:
         present = sorted(set(rec.evals["method"]) - {"baseline"})
         if reference not in present:

@@ -14,7 +14,12 @@ file (and line) and the field:
   an integer, a ``status`` other than running / finished / failed, a ``config``, ``config.method`` or
   ``config.trainer`` that is not a mapping, a ``config.trainer.max_grad_norm`` training would refuse
   (negative, text, not finite);
-- a method folder that names no registered method (``conf/method/<name>.yaml``, the registry's names).
+- a method folder that names no registered method (``conf/method/<name>.yaml``, the registry's names);
+- runs of another model merged into a row: a ``config.model`` that is not a mapping or whose ``name``
+  disagrees with the model folder, or two runs under one ``runs/{model}/{method}/`` folder whose
+  ``config.model`` names different base models (``model_key``: name, hub id, path, random init). They are
+  refused, naming both files, rather than kept as rows of their own: every table keys a row by the model
+  folder, so a second model has its own folder (``runs/{model}/``) and its own rows there.
 
 A run whose status is ``failed`` is left out of every table (its runs row and its metrics alike, so seed
 counts agree) and named in one line.
@@ -88,7 +93,7 @@ def info_problem(info: dict[str, Any]) -> str | None:
         return None
     if not isinstance(config, dict):
         return f"config must be a mapping, got {type(config).__name__} {config!r}"
-    for key in ("method", "trainer"):
+    for key in ("model", "method", "trainer"):
         if key in config and not isinstance(config[key], dict):
             return f"config.{key} must be a mapping, got {type(config[key]).__name__} {config[key]!r}"
     norm = (config.get("trainer") or {}).get("max_grad_norm")
@@ -97,6 +102,50 @@ def info_problem(info: dict[str, Any]) -> str | None:
             f"config.trainer.max_grad_norm={norm!r} is not what training takes (a finite number >= 0 or null)"
         )
     return None
+
+
+MODEL_KEYS = ("name", "hub_id", "path", "random_init")  # what tells one base model from another
+
+
+def model_key(info: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """The base model a run trained from, as its run.json's ``config.model`` names it (``MODEL_KEYS``;
+    None when it records none). A ``path`` inside the results root the run was trained under (run.json's
+    ``run_dir``, else this folder's) is written ``<results root>/...``, so the same SFT base of runs made in
+    two checkouts of the results compares equal (as ``run_dir.portable_identity`` does for a reopened run)."""
+    model = (info.get("config") or {}).get("model")
+    if not isinstance(model, dict) or not model:
+        return None
+    key = {k: model.get(k) for k in MODEL_KEYS}
+    path = key["path"]
+    if isinstance(path, str):
+        trained = info.get("run_dir")
+        for place in ([Path(trained)] if isinstance(trained, str) else []) + [folder]:
+            if len(place.parents) >= 4 and place.parents[2].name == "runs":
+                try:
+                    key["path"] = f"<results root>/{Path(path).relative_to(place.parents[3]).as_posix()}"
+                    break
+                except ValueError:
+                    continue
+    return key
+
+
+def check_one_model(runs: list[RunRecord]) -> None:
+    """ResultsError naming two run.json files when runs under one ``runs/{model}/{method}/`` folder name
+    different base models (``model_key``): merged into one row, their seeds would be averaged as one
+    method's. Runs that record no ``config.model`` are not compared."""
+    first: dict[Path, tuple[RunRecord, dict[str, Any]]] = {}
+    for run in runs:
+        key = model_key(run.info, run.folder)
+        if key is None:
+            continue
+        seen = first.setdefault(run.folder.parent, (run, key))
+        if seen[1] != key:
+            differ = [k for k in MODEL_KEYS if seen[1][k] != key[k]]
+            raise ResultsError(
+                f"{seen[0].folder / 'run.json'} and {run.folder / 'run.json'}: runs of different base models "
+                f"under one method folder ({'; '.join(f'config.model.{k} {seen[1][k]!r} vs {key[k]!r}' for k in differ)}), "
+                f"which would be averaged into one row; file each model's runs under runs/<its model name>/"
+            )
 
 
 def max_grad_norm(info: dict[str, Any]) -> float:
@@ -193,6 +242,12 @@ def read_run(folder: Path, root: Path | None = None, notes: list[str] | None = N
     ident = {k: info.get(k, fallback[k]) for k in ("model", "method", "seed", "tag")}
     if any(ident[k] is None for k in ("model", "method", "seed")):
         raise ResultsError(f"{folder}: cannot tell model/method/seed (no run.json, unexpected layout)")
+    named = ((info.get("config") or {}).get("model") or {}).get("name")
+    if named is not None and named != ident["model"]:
+        raise ResultsError(
+            f"{info_path}: config.model.name {named!r} disagrees with the run's model {ident['model']!r} "
+            "(its folder runs/<model>/): runs of another model would be merged into this model's rows"
+        )
     method_folder = folder.parent.name  # where it is filed (identity_problem: run.json agrees with it)
     known = registered_methods()
     if method_folder not in known:
@@ -221,6 +276,7 @@ def read_runs(root: Path, left_out: list[str] | None = None) -> list[RunRecord]:
             )
             continue
         out.append(run)
+    check_one_model(out)
     if left_out is not None:
         left_out.extend(notes)
     else:
