@@ -63,7 +63,9 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs, prompt_values
+from pspo_repro.analysis.regime import rows_stats
+from pspo_repro.analysis.results_io import eval_long, load_eval_cells, prompt_values, runs_frames
+from pspo_repro.analysis.run_records import RunRecord, read_runs
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
@@ -110,14 +112,21 @@ class Records:
     metrics: pd.DataFrame
     tuning: dict[str, dict[str, Any]] = field(default_factory=dict)  # the spec's ``tuning`` section
     selected: dict[tuple[str, str, str], Selection] = field(default_factory=dict)
+    records: dict[str, RunRecord] = field(default_factory=dict)  # run_dir -> the run as the reader read it
 
     @classmethod
     def read(cls, root: Path) -> Records:
-        """Read the evaluation cells (long table) and the runs' metrics under ``root``."""
+        """Read the evaluation cells (long table) and the runs under ``root``, each run once, through the one
+        reader of run records (``run_records.read_runs``)."""
         cells = load_eval_cells(root)
         evals = eval_long(cells) if not cells.empty else pd.DataFrame()
-        runs, metrics = load_runs(root)
-        return cls(root, evals, runs, metrics)
+        records = read_runs(root)
+        runs, metrics = runs_frames(records)
+        return cls(root, evals, runs, metrics, records={str(r.folder): r for r in records})
+
+    def run(self, run_dir: str | Path) -> RunRecord:
+        """The run in ``run_dir`` (a ``run_dir`` of ``runs``/``metrics``), read and checked once by the reader."""
+        return self.records[str(run_dir)]
 
     def check_one_model(self, command: str) -> None:
         """ClaimsError when the records hold cells or runs of more than one model folder: ``command`` (the
@@ -295,15 +304,13 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
             kl = wide.get("train/behaviour_kl", pd.Series(0.0, index=wide.index)).fillna(0.0)
             wide = wide[(ratio_max.notna() & (ratio_max != 1.0)) | (kl != 0.0)]
         if key == GRAD_CLIPPED:  # steps whose pre-clip gradient norm exceeded the run's max_grad_norm
-            info = json.loads((Path(run["run_dir"].iloc[0]) / "run.json").read_text(encoding="utf-8"))
-            limit = info["config"]["trainer"].get("max_grad_norm")
+            limit = rec.run(run["run_dir"].iloc[0]).max_grad_norm  # inf: clipping off (0 or null)
             norms = wide.get("train/grad_norm", pd.Series(dtype=float))
             if norms.isna().any():  # a NaN norm is not "not clipped"
                 raise ClaimsError(f"{spec['id']}: {run['run_dir'].iloc[0]} logged a non-finite train/grad_norm")
             if norms.empty:
                 continue
-            off = not isinstance(limit, int | float) or limit <= 0  # HF clips only when max_grad_norm > 0
-            seeds[int(seed)] = 0.0 if off else float((norms > float(limit)).mean())
+            seeds[int(seed)] = 0.0 if math.isinf(limit) else float((norms > limit).mean())
             continue
         if key not in wide or wide[key].dropna().empty:
             continue
@@ -331,8 +338,11 @@ def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
     last = {int(s): int(r["step"].max()) for s, r in val.groupby("seed")}
     # The alpha table's step (pipelines.mini.ablation_step): the last multiple of the validation interval
     # that every run reached (token budgets end runs a few steps apart; the paper reads step 250).
-    every = {int(json.loads((Path(d) / "run.json").read_text())["config"]["trainer"]["eval_steps"])
+    every = {((rec.run(d).info.get("config") or {}).get("trainer") or {}).get("eval_steps")
              for d in sel["run_dir"].unique()}  # fmt: skip
+    if not all(isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in every):
+        raise ClaimsError(f"{spec['id']}: the runs of {spec['a']} record config.trainer.eval_steps "
+                          f"{sorted(map(repr, every))}, not a positive integer each")  # fmt: skip
     if len(every) != 1:
         raise ClaimsError(
             f"{spec['id']}: the runs of {spec['a']} validate at different intervals {sorted(every)}"
@@ -379,8 +389,6 @@ def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
     """``collapse``: per seed 1 if the run collapsed, else 0. Collapsed: its greedy true accuracy is not
     above the base model's, or its training reward over the last quarter of steps fell below half of the first
     three steps' (``regime.run_stats``' ``reward_fell``; the leaderboard's definition)."""
-    from pspo_repro.analysis.regime import folder_stats
-
     g = rec.resolve(spec["a"])
     acc = _seed_values(rec, g, "true_acc")
     base = next(iter(_seed_values(rec, {"method": "baseline", "dataset": g.get("dataset", "synthetic")},
@@ -390,8 +398,8 @@ def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
     for r in runs.to_dict("records"):
         if int(r["seed"]) not in acc:
             continue
-        info = json.loads((Path(r["run_dir"]) / "run.json").read_text(encoding="utf-8"))
-        fell = bool(folder_stats(Path(r["run_dir"]), info)["reward_fell"])
+        run = rec.run(r["run_dir"])
+        fell = bool(rows_stats(run.rows, run.max_grad_norm)["reward_fell"])
         seeds[int(r["seed"])] = float(fell or acc[int(r["seed"])] <= base)
     if not seeds:
         raise ClaimsError(f"{spec['id']}: no run of {describe(spec['a'])}")

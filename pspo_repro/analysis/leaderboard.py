@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -55,10 +54,10 @@ import pandas as pd
 from pspo_repro.analysis.claims import ClaimsError, Records
 from pspo_repro.analysis.knobs import Knobs, method_knobs, run_method_configs
 from pspo_repro.analysis.ranking import equivalence_classes, rank_intervals
-from pspo_repro.analysis.regime import folder_stats, mean_finite
+from pspo_repro.analysis.regime import mean_finite, rows_stats
 from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
-from pspo_repro.analysis.step_norms import StepNorms, run_step_norms
+from pspo_repro.analysis.step_norms import StepNorms, step_norms
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import USAGE_EXIT, parse_key_values
@@ -129,14 +128,15 @@ def _finished(rec: Records, method: str, tag: str | None = None) -> list[dict[st
 
 
 def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
-    """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json."""
+    """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json as the
+    one reader read them (``Records.run``)."""
     out = []
     for r in _finished(rec, method, tag):
-        folder = Path(r["run_dir"])
-        info = json.loads((folder / "run.json").read_text())
-        out.append({"seed": int(r["seed"]), **folder_stats(folder, info), "norms": run_step_norms(folder, info),
-                    "hyperparameters": _hyperparameters(info),
-                    "learning_rate": info.get("config", {}).get("trainer", {}).get("learning_rate")})  # fmt: skip
+        run = rec.run(r["run_dir"])
+        limit = None if math.isinf(run.max_grad_norm) else run.max_grad_norm  # None: clipping off
+        out.append({"seed": int(r["seed"]), **rows_stats(run.rows, run.max_grad_norm),
+                    "norms": step_norms(run.rows, limit), "hyperparameters": _hyperparameters(run.info),
+                    "learning_rate": ((run.info.get("config") or {}).get("trainer") or {}).get("learning_rate")})  # fmt: skip
     return out
 
 
@@ -221,7 +221,7 @@ def regime_rows(
         row["collapsed"] = len(fell | lost)
         row["hyperparameters"] = runs[0]["hyperparameters"] if runs else ""
         row["knobs"] = method_knobs(
-            method, run_method_configs([r["run_dir"] for r in _finished(rec, method)])
+            method, run_method_configs([rec.run(r["run_dir"]).info for r in _finished(rec, method)])
         )
         rows.append(row)
     rows.sort(key=lambda r: (-_mean_of(r["true_acc_T0"]), r["method"]))

@@ -1,7 +1,9 @@
 """The one reader of training run records (``run.json``, ``metrics.jsonl``) for every analysis command.
 
-aggregate (through ``results_io.load_runs``), regime, claims and the leaderboard read runs here and nowhere
-else, so each gets the same checks, as evaluation cells get ``results_io.cell_problem``'s. The files are
+aggregate (through ``results_io.load_runs``), regime, claims and the leaderboard (through ``claims.Records``,
+which keeps each ``RunRecord`` for their per-run statistics, knobs and step norms) and the tuning selection
+(``tuning.select``) read runs here and nowhere else, so each gets the same checks, as evaluation cells get
+``results_io.cell_problem``'s (tests/analysis/test_one_door.py watches every command's opens). The files are
 untrusted (hand-edited, cut by a kill, written by another version): a problem that would change a table
 number without a word raises :class:`~pspo_repro.analysis.results_io.ResultsError` in one line naming the
 file (and line) and the field:
