@@ -131,8 +131,17 @@ def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
     """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json as the
     one reader read them (``Records.run``)."""
     out = []
+    runs = rec.runs
+    if not runs.empty:  # a run left out of the statistics is named: no share moves without a word
+        for r in runs[(runs["method"] == method) & (runs["tag"] == tag) & (runs["status"] != "finished")].to_dict(
+            "records"
+        ):
+            print(f"warning: {r['run_dir']}: status {r['status']}; left out of the leaderboard's run statistics "
+                  "(finished runs only)", file=sys.stderr, flush=True)  # fmt: skip
     for r in _finished(rec, method, tag):
         run = rec.run(r["run_dir"])
+        if note := run.norm_note():
+            print(f"warning: {note}", file=sys.stderr, flush=True)
         limit = None if math.isinf(run.max_grad_norm) else run.max_grad_norm  # None: clipping off
         out.append({"seed": int(r["seed"]), **rows_stats(run.rows, run.max_grad_norm),
                     "norms": step_norms(run.rows, limit), "hyperparameters": _hyperparameters(run.info),
@@ -142,7 +151,7 @@ def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
 
 def _hyperparameters(info: dict[str, Any]) -> str:
     """The method settings a run trained with (run.json's config.method), as ``key=value`` text."""
-    method = dict(info.get("config", {}).get("method") or {})
+    method = dict((info.get("config") or {}).get("method") or {})
     method.pop("name", None)
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(method.items()))
 
