@@ -72,6 +72,7 @@ from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.redact import redact, redact_files
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
 GRAD_CLIPPED = "grad_clipped"  # run_stat: share of optimizer steps whose gradient norm was clipped
@@ -700,13 +701,16 @@ def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
 
 
 def _spec(path: Path) -> dict[str, Any]:
+    """The spec as data: interpolations kept as text (``${oc.env:HF_TOKEN}`` is never resolved), and every
+    credential value pasted into it replaced (``redact``), so no quote, label or caption drawn from it (the
+    frontier figure's titles included) can carry one."""
     try:
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as exc:  # YAML errors name the line
         raise ClaimsError(f"{path}: not a readable YAML spec ({exc})") from None
     if not isinstance(spec, dict):
         raise ClaimsError(f"{path}: expected a mapping with a `claims` list")
-    return spec
+    return redact(spec)
 
 
 def load_spec(path: Path) -> list[dict[str, Any]]:
@@ -920,7 +924,7 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
         files[out_dir / FRONTIER_PNG] = png
     old = out_dir / FRONTIER_PNG
     aside = [FRONTIER_PNG] if png is None and old.is_file() and not old.is_symlink() else []
-    write_set(files, OUTPUT_SUFFIXES, aside)
+    write_set(redact_files(files), OUTPUT_SUFFIXES, aside)
     return list(files)
 
 

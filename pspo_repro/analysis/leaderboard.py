@@ -62,6 +62,7 @@ from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import USAGE_EXIT, parse_key_values
 from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.redact import redact, redact_files
 
 DATASET = "synthetic"  # the rewarded task
 HELDOUT = "synthetic_heldout"  # the held-out skill (never rewarded)
@@ -557,11 +558,11 @@ def write(
         if reference not in present:
             raise UnknownReference(f"reference={reference!r} is no method of the records; the methods are: "
                                    f"{', '.join(present)}")  # fmt: skip
-    regimes = [
-        regime_rows(rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {tag})" if tag else ""))
+    regimes = [  # titles (drawn into the figure too) from redacted text: a tag is user text
+        regime_rows(rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {redact(tag)})" if tag else ""))
     ]
     if offpolicy_tag:
-        title = f"Stale mini-batches (tag {offpolicy_tag})"
+        title = f"Stale mini-batches (tag {redact(offpolicy_tag)})"
         regimes.append(regime_rows(rec, offpolicy_tag, reference, 0.95, alpha, title))
     base = _base(rec, DATASET)
     md = markdown(regimes, base, alpha)  # everything computed before anything is written
@@ -574,7 +575,7 @@ def write(
 
     png = render(figure(regimes, base))["png"]
     paths = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.png"]
-    write_set({paths[0]: md, paths[1]: table.getvalue(), paths[2]: png}, OUTPUT_SUFFIXES)
+    write_set(redact_files({paths[0]: md, paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES)
     return paths
 
 

@@ -41,6 +41,7 @@ from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.redact import redact_files
 from pspo_repro.common.safe_paths import check_name
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,7 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     from pspo_repro.analysis.plots import render
 
     png = render(fractions_figure(results_dir, tag, runs))["png"]
-    write_set({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}, OUTPUT_SUFFIXES)
+    write_set(redact_files({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES)
     return paths
 
 
