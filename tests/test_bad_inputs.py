@@ -367,6 +367,14 @@ def _config_case(config):
     return setup
 
 
+def setup_runs_two_base_models(tmp, results, tiny):
+    """Two seeds of one method folder trained from different base models (config.model.path)."""
+    for seed, path in ((0, "/models/a"), (1, "/models/b")):
+        config = {"model": {"name": "tiny", "path": path}, "method": {"name": "pspo"}, "trainer": {"max_grad_norm": 1.0}}
+        _records_run(results, _GOOD, folder=f"seed{seed}", seed=seed, config=config)
+    return {}
+
+
 def setup_runs_method_not_registered(tmp, results, tiny):
     _records_run(results, _GOOD, method="nope")
     return {}
@@ -593,9 +601,19 @@ CASES = [
     ("agg-runs-list-value", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/reward": [0.5]}\n'), None, ["metrics.jsonl:1", "eval/reward=[0.5]"]),
     ("agg-runs-line-not-object", "aggregate", ["results_dir={RESULTS}"], _metrics_case(_GOOD + '[1, 2]\n'), None, ["metrics.jsonl:2", "a JSON list, not an object"]),
     ("agg-runs-num-tokens-negative", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "num_tokens": -5}\n'), None, ["metrics.jsonl:1", "num_tokens=-5"]),
-    ("agg-runs-max-grad-norm-negative", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": -1}}), None, ["run.json", "config.trainer.max_grad_norm=-1", "a finite number >= 0 or null"]),
+    ("agg-runs-max-grad-norm-negative", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": -1}}), None, ["run.json", "config.trainer.max_grad_norm=-1", "a finite number >= 0)"]),
     ("agg-runs-max-grad-norm-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": "abc"}}), None, ["run.json", "config.trainer.max_grad_norm='abc'"]),
     ("agg-runs-max-grad-norm-nan", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": float("nan")}}), None, ["run.json", "config.trainer.max_grad_norm=nan"]),
+    ("agg-runs-max-grad-norm-null", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": None}}), None, ["run.json", "config.trainer.max_grad_norm=None is not what training takes"]),
+    ("agg-runs-learning-rate-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": 1.0, "learning_rate": "3e-4"}}), None, ["run.json", "config.trainer.learning_rate='3e-4'", "a finite number > 0"]),
+    ("agg-runs-learning-rate-zero", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": 1.0, "learning_rate": 0}}), None, ["run.json", "config.trainer.learning_rate=0"]),
+    ("agg-runs-eval-steps-float", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "pspo"}, "trainer": {"max_grad_norm": 1.0, "eval_steps": 2.5}}), None, ["run.json", "config.trainer.eval_steps=2.5", "an integer >= 1 or null"]),
+    ("agg-runs-step-out-of-order", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "eval/reward": 0.1}\n{"step": 4, "eval/reward": 0.2}\n{"step": 2, "eval/reward": 0.3}\n'), None, ["metrics.jsonl:3", "step 2 after step 4", "in order"]),
+    ("agg-runs-num-tokens-fall", "aggregate", ["results_dir={RESULTS}"], _metrics_case('{"step": 0, "num_tokens": 10}\n{"step": 1, "num_tokens": 30}\n{"step": 2, "num_tokens": 20}\n'), None, ["metrics.jsonl:3", "num_tokens 20 below an earlier line's 30", "running total"]),
+    ("agg-runs-method-name-other", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": {"name": "clip"}, "trainer": {"max_grad_norm": 1.0}}), None, ["run.json", "config.method.name 'clip' disagrees with the run's method 'pspo'"]),
+    ("agg-runs-model-name-other", "aggregate", ["results_dir={RESULTS}"], _config_case({"model": {"name": "qwen2p5_0p5b"}, "method": {"name": "pspo"}, "trainer": {"max_grad_norm": 1.0}}), None, ["run.json", "config.model.name 'qwen2p5_0p5b' disagrees with the run's model 'tiny'"]),
+    ("agg-runs-model-not-mapping", "aggregate", ["results_dir={RESULTS}"], _config_case({"model": "tiny", "method": {"name": "pspo"}}), None, ["run.json", "config.model must be a mapping"]),
+    ("agg-runs-two-base-models", "aggregate", ["results_dir={RESULTS}"], setup_runs_two_base_models, None, ["pspo/seed0/run.json and ", "pspo/seed1/run.json: runs of different base models", "config.model.path '/models/a' vs '/models/b'"]),
     ("agg-runs-config-method-list", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": ["pspo"]}), None, ["run.json", "config.method must be a mapping", "list"]),
     ("agg-runs-config-method-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"method": "pspo"}), None, ["run.json", "config.method must be a mapping", "'pspo'"]),
     ("agg-runs-config-trainer-text", "aggregate", ["results_dir={RESULTS}"], _config_case({"trainer": "fast"}), None, ["run.json", "config.trainer must be a mapping"]),

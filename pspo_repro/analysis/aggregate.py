@@ -47,6 +47,7 @@ from pspo_repro.analysis.units import unit_of
 from pspo_repro.common.atomic import STALE_DIR, recover_folder, write_set
 from pspo_repro.common.output_dirs import folder_problem
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
+from pspo_repro.common.redact import redact, redact_files
 from pspo_repro.common.safe_paths import UnsafePathError, check_file_name, check_name, no_symlink_escape
 
 
@@ -361,7 +362,7 @@ def write_outputs(outputs: Outputs) -> None:
         by_folder.setdefault(Path(path).parent, {})[Path(path)] = content
     for folder, files in by_folder.items():
         aside = outputs.stale if folder == outputs.out else []
-        write_set(files, OUTPUT_SUFFIXES, aside)
+        write_set(redact_files(files), OUTPUT_SUFFIXES, aside)
 
 
 def check_output_names(out: Path, outputs: Outputs) -> None:
@@ -410,8 +411,18 @@ def previous_outputs(out: Path) -> list[str]:
     return names
 
 
+def redacted_config(cfg: DictConfig) -> DictConfig:
+    """``cfg`` resolved, with every credential value in it replaced (``redact``): display names, labels and
+    captions come from here, so a ``${oc.env:HF_TOKEN}`` (or a pasted token) never reaches a table, a
+    figure or the summary. An interpolation that cannot resolve fails here, before any work."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(redact(OmegaConf.to_container(cfg, resolve=True)))
+
+
 def run(cfg: DictConfig) -> Outputs:
     """Aggregate the results tree named by ``cfg``; returns what was written."""
+    cfg = redacted_config(cfg)
     validate(cfg)
     root = Path(cfg.results_dir) if cfg.results_dir else results_dir()
     out = Path(cfg.out_dir) if cfg.out_dir else root / "tables"
@@ -473,7 +484,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     except OSError as exc:  # a read-only or full out_dir: the message names the target (atomic.write_set)
         fail(f"cannot write the outputs: {exc.strerror or exc}")
     summary = next(p for p in outputs.files if p.name == "summary.md")
-    print(outputs.files[summary], end="")
+    print(redact(outputs.files[summary]), end="")
 
 
 def main() -> None:

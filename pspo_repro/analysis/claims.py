@@ -52,6 +52,7 @@ adjusted p below ``ALPHA`` in the direction the rule names ("not resolved" other
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
@@ -62,12 +63,16 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from pspo_repro.analysis.results_io import eval_long, load_eval_cells, load_runs, prompt_values
+from pspo_repro.analysis.regime import rows_stats
+from pspo_repro.analysis.results_io import eval_long, load_eval_cells, prompt_values, runs_frames
+from pspo_repro.analysis.run_records import RunRecord, read_runs
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
-from pspo_repro.common.atomic import atomic_open
+from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
+from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.redact import redact, redact_files
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
 GRAD_CLIPPED = "grad_clipped"  # run_stat: share of optimizer steps whose gradient norm was clipped
@@ -108,14 +113,37 @@ class Records:
     metrics: pd.DataFrame
     tuning: dict[str, dict[str, Any]] = field(default_factory=dict)  # the spec's ``tuning`` section
     selected: dict[tuple[str, str, str], Selection] = field(default_factory=dict)
+    records: dict[str, RunRecord] = field(default_factory=dict)  # run_dir -> the run as the reader read it
 
     @classmethod
     def read(cls, root: Path) -> Records:
-        """Read the evaluation cells (long table) and the runs' metrics under ``root``."""
+        """Read the evaluation cells (long table) and the runs under ``root``, each run once, through the one
+        reader of run records (``run_records.read_runs``)."""
         cells = load_eval_cells(root)
         evals = eval_long(cells) if not cells.empty else pd.DataFrame()
-        runs, metrics = load_runs(root)
-        return cls(root, evals, runs, metrics)
+        records = read_runs(root)
+        runs, metrics = runs_frames(records)
+        return cls(root, evals, runs, metrics, records={str(r.folder): r for r in records})
+
+    def run(self, run_dir: str | Path) -> RunRecord:
+        """The run in ``run_dir`` (a ``run_dir`` of ``runs``/``metrics``), read and checked once by the reader."""
+        return self.records[str(run_dir)]
+
+    def check_one_model(self, command: str) -> None:
+        """ClaimsError when the records hold cells or runs of more than one model folder: ``command`` (the
+        claims, the leaderboard) compares methods of one model, and would merge another model's seeds into
+        its rows. The line names a file of each model."""
+        where: dict[str, str] = {}
+        for frame, column in ((self.evals, "file"), (self.runs, "run_dir")):
+            if not frame.empty:
+                for model, path in zip(frame["model"].astype(str), frame[column].astype(str), strict=True):
+                    where.setdefault(model, path)
+        if len(where) > 1:
+            raise ClaimsError(
+                f"{command} compares the methods of one model, but {self.root} holds {len(where)}: "
+                + "; ".join(f"{m} (e.g. {where[m]})" for m in sorted(where))
+                + "; give a results_dir of one model"
+            )
 
     def selection(self, method: str, tuned: str, point: dict[str, Any]) -> Selection:
         """The value ``tuning[tuned]`` selects for ``method`` (and the point's other keys), recomputed from the
@@ -277,15 +305,13 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
             kl = wide.get("train/behaviour_kl", pd.Series(0.0, index=wide.index)).fillna(0.0)
             wide = wide[(ratio_max.notna() & (ratio_max != 1.0)) | (kl != 0.0)]
         if key == GRAD_CLIPPED:  # steps whose pre-clip gradient norm exceeded the run's max_grad_norm
-            info = json.loads((Path(run["run_dir"].iloc[0]) / "run.json").read_text(encoding="utf-8"))
-            limit = info["config"]["trainer"].get("max_grad_norm")
+            limit = rec.run(run["run_dir"].iloc[0]).max_grad_norm  # inf: clipping off (0 or null)
             norms = wide.get("train/grad_norm", pd.Series(dtype=float))
             if norms.isna().any():  # a NaN norm is not "not clipped"
                 raise ClaimsError(f"{spec['id']}: {run['run_dir'].iloc[0]} logged a non-finite train/grad_norm")
             if norms.empty:
                 continue
-            off = not isinstance(limit, int | float) or limit <= 0  # HF clips only when max_grad_norm > 0
-            seeds[int(seed)] = 0.0 if off else float((norms > float(limit)).mean())
+            seeds[int(seed)] = 0.0 if math.isinf(limit) else float((norms > limit).mean())
             continue
         if key not in wide or wide[key].dropna().empty:
             continue
@@ -313,8 +339,11 @@ def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
     last = {int(s): int(r["step"].max()) for s, r in val.groupby("seed")}
     # The alpha table's step (pipelines.mini.ablation_step): the last multiple of the validation interval
     # that every run reached (token budgets end runs a few steps apart; the paper reads step 250).
-    every = {int(json.loads((Path(d) / "run.json").read_text())["config"]["trainer"]["eval_steps"])
+    every = {((rec.run(d).info.get("config") or {}).get("trainer") or {}).get("eval_steps")
              for d in sel["run_dir"].unique()}  # fmt: skip
+    if not all(isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in every):
+        raise ClaimsError(f"{spec['id']}: the runs of {spec['a']} record config.trainer.eval_steps "
+                          f"{sorted(map(repr, every))}, not a positive integer each")  # fmt: skip
     if len(every) != 1:
         raise ClaimsError(
             f"{spec['id']}: the runs of {spec['a']} validate at different intervals {sorted(every)}"
@@ -361,8 +390,6 @@ def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
     """``collapse``: per seed 1 if the run collapsed, else 0. Collapsed: its greedy true accuracy is not
     above the base model's, or its training reward over the last quarter of steps fell below half of the first
     three steps' (``regime.run_stats``' ``reward_fell``; the leaderboard's definition)."""
-    from pspo_repro.analysis.regime import folder_stats
-
     g = rec.resolve(spec["a"])
     acc = _seed_values(rec, g, "true_acc")
     base = next(iter(_seed_values(rec, {"method": "baseline", "dataset": g.get("dataset", "synthetic")},
@@ -372,8 +399,8 @@ def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
     for r in runs.to_dict("records"):
         if int(r["seed"]) not in acc:
             continue
-        info = json.loads((Path(r["run_dir"]) / "run.json").read_text(encoding="utf-8"))
-        fell = bool(folder_stats(Path(r["run_dir"]), info)["reward_fell"])
+        run = rec.run(r["run_dir"])
+        fell = bool(rows_stats(run.rows, run.max_grad_norm)["reward_fell"])
         seeds[int(r["seed"])] = float(fell or acc[int(r["seed"])] <= base)
     if not seeds:
         raise ClaimsError(f"{spec['id']}: no run of {describe(spec['a'])}")
@@ -674,13 +701,16 @@ def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
 
 
 def _spec(path: Path) -> dict[str, Any]:
+    """The spec as data: interpolations kept as text (``${oc.env:HF_TOKEN}`` is never resolved), and every
+    credential value pasted into it replaced (``redact``), so no quote, label or caption drawn from it (the
+    frontier figure's titles included) can carry one."""
     try:
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception as exc:  # YAML errors name the line
         raise ClaimsError(f"{path}: not a readable YAML spec ({exc})") from None
     if not isinstance(spec, dict):
         raise ClaimsError(f"{path}: expected a mapping with a `claims` list")
-    return spec
+    return redact(spec)
 
 
 def load_spec(path: Path) -> list[dict[str, Any]]:
@@ -829,11 +859,14 @@ def rows_csv(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def frontier_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
-    """claims_frontier.png: each frontier measurement's runs (gain, retention) and fitted lines."""
+def frontier_figure(results: list[dict[str, Any]]) -> bytes | None:
+    """claims_frontier.png as bytes (written with the other outputs as one set): each frontier measurement's
+    runs (gain, retention) and fitted lines; None when no claim reads a frontier."""
     fronts = [m for r in results for m in r["measured"].values() if "points" in m.extra]
     if not fronts:
         return None
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -856,32 +889,43 @@ def frontier_figure(results: list[dict[str, Any]], path: Path) -> Path | None:
         ax.set_title(m.label, fontsize=9)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_open(path, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=110, metadata={"Software": None})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
     plt.close(fig)
-    return path
+    return buf.getvalue()
+
+
+# Suffixes of claims' outputs: temporaries of these names left by a kill are removed on the next write.
+OUTPUT_SUFFIXES = (".md", ".csv", ".png")
+FRONTIER_PNG = "claims_frontier.png"
 
 
 def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     """Compute every claim from ``results_dir``; write ``claims.md`` and ``claims.csv`` (and
-    ``claims_frontier.png`` when a claim reads a frontier) into ``out_dir``."""
+    ``claims_frontier.png`` when a claim reads a frontier) into ``out_dir`` as one set (``atomic.write_set``:
+    after a failure or a kill the folder holds the previous set or the new one, never a mix). A frontier
+    figure of the previous set that this one does not draw is moved into ``stale/``, as aggregate's extras."""
     claims = load_spec(spec)
     tuning = load_tuning(spec)
     rec = Records.read(results_dir)
+    rec.check_one_model("the claims table")
     results = evaluate(rec, claims, tuning)  # everything computed before anything is written
     rows = rows_csv(results)
     cols = list(dict.fromkeys(k for row in rows for k in row))
-    out_dir.mkdir(parents=True, exist_ok=True)
     md, table = out_dir / "claims.md", out_dir / "claims.csv"
     selections = [rec.selected[k] for k in sorted(rec.selected)]
-    with atomic_open(md, "w", encoding="utf-8") as fh:
-        fh.write(markdown(results, results_dir.name, selections))
-    with atomic_open(table, "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
-    fig = frontier_figure(results, out_dir / "claims_frontier.png")
-    return [md, table] + ([fig] if fig else [])
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    files: dict[Path, str | bytes] = {md: markdown(results, results_dir.name, selections), table: text.getvalue()}
+    png = frontier_figure(results)
+    if png is not None:
+        files[out_dir / FRONTIER_PNG] = png
+    old = out_dir / FRONTIER_PNG
+    aside = [FRONTIER_PNG] if png is None and old.is_file() and not old.is_symlink() else []
+    write_set(redact_files(files), OUTPUT_SUFFIXES, aside)
+    return list(files)
 
 
 KEYS = ("results_dir", "out_dir", "spec")
@@ -898,5 +942,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = Path(args.get("spec") or CONF_DIR / "claims.yaml")
     if not spec.is_file():
         print(f"error: spec={spec} is not a file", file=sys.stderr)
+        return 2
+    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
         return 2
     return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), spec)

@@ -11,7 +11,6 @@ value; a run that used another value got it from its experiment config, and says
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,10 +86,7 @@ def method_knobs(method: str, configs: list[dict[str, Any]], conf_dir: Path = CO
     return out
 
 
-def run_method_configs(run_dirs: list[str]) -> list[dict[str, Any]]:
-    """The ``config.method`` of each run folder's run.json."""
-    out = []
-    for d in run_dirs:
-        info = json.loads((Path(d) / "run.json").read_text())
-        out.append(dict(info.get("config", {}).get("method") or {}))
-    return out
+def run_method_configs(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``config.method`` of each run.json in ``infos``, as the one reader of run records read them
+    (``run_records.RunRecord.info``: ``config.method`` checked to be a mapping)."""
+    return [dict((info.get("config") or {}).get("method") or {}) for info in infos]

@@ -35,13 +35,14 @@ when given, those tagged ``offpolicy_tag`` (rollout reuse). Per method, every nu
 - collapses: seeds whose final greedy true accuracy is not above the base model's, or whose training
   reward in the last quarter of steps fell below half of the first steps' (``regime.run_stats``).
 
-A method added to the registry appears with no edit here.
+A method added to the registry appears with no edit here. The records must be of one model (rows are keyed
+by method): a second model's cells or runs are refused, naming a file of each (``Records.check_one_model``).
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 import sys
 from dataclasses import dataclass, field
@@ -53,13 +54,15 @@ import pandas as pd
 from pspo_repro.analysis.claims import ClaimsError, Records
 from pspo_repro.analysis.knobs import Knobs, method_knobs, run_method_configs
 from pspo_repro.analysis.ranking import equivalence_classes, rank_intervals
-from pspo_repro.analysis.regime import folder_stats, mean_finite
+from pspo_repro.analysis.regime import mean_finite, rows_stats
 from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
-from pspo_repro.analysis.step_norms import StepNorms, run_step_norms
+from pspo_repro.analysis.step_norms import StepNorms, step_norms
 from pspo_repro.analysis.tables import CLIPPED
-from pspo_repro.common.atomic import atomic_open
-from pspo_repro.common.cli import parse_key_values
+from pspo_repro.common.atomic import write_set
+from pspo_repro.common.cli import USAGE_EXIT, parse_key_values
+from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.redact import redact, redact_files
 
 DATASET = "synthetic"  # the rewarded task
 HELDOUT = "synthetic_heldout"  # the held-out skill (never rewarded)
@@ -126,20 +129,30 @@ def _finished(rec: Records, method: str, tag: str | None = None) -> list[dict[st
 
 
 def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
-    """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json."""
+    """Regime statistics of each finished run of (method, tag), from its metrics.jsonl and run.json as the
+    one reader read them (``Records.run``)."""
     out = []
+    runs = rec.runs
+    if not runs.empty:  # a run left out of the statistics is named: no share moves without a word
+        for r in runs[(runs["method"] == method) & (runs["tag"] == tag) & (runs["status"] != "finished")].to_dict(
+            "records"
+        ):
+            print(f"warning: {r['run_dir']}: status {r['status']}; left out of the leaderboard's run statistics "
+                  "(finished runs only)", file=sys.stderr, flush=True)  # fmt: skip
     for r in _finished(rec, method, tag):
-        folder = Path(r["run_dir"])
-        info = json.loads((folder / "run.json").read_text())
-        out.append({"seed": int(r["seed"]), **folder_stats(folder, info), "norms": run_step_norms(folder, info),
-                    "hyperparameters": _hyperparameters(info),
-                    "learning_rate": info.get("config", {}).get("trainer", {}).get("learning_rate")})  # fmt: skip
+        run = rec.run(r["run_dir"])
+        if note := run.norm_note():
+            print(f"warning: {note}", file=sys.stderr, flush=True)
+        limit = None if math.isinf(run.max_grad_norm) else run.max_grad_norm  # None: clipping off
+        out.append({"seed": int(r["seed"]), **rows_stats(run.rows, run.max_grad_norm),
+                    "norms": step_norms(run.rows, limit), "hyperparameters": _hyperparameters(run.info),
+                    "learning_rate": ((run.info.get("config") or {}).get("trainer") or {}).get("learning_rate")})  # fmt: skip
     return out
 
 
 def _hyperparameters(info: dict[str, Any]) -> str:
     """The method settings a run trained with (run.json's config.method), as ``key=value`` text."""
-    method = dict(info.get("config", {}).get("method") or {})
+    method = dict((info.get("config") or {}).get("method") or {})
     method.pop("name", None)
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(method.items()))
 
@@ -218,7 +231,7 @@ def regime_rows(
         row["collapsed"] = len(fell | lost)
         row["hyperparameters"] = runs[0]["hyperparameters"] if runs else ""
         row["knobs"] = method_knobs(
-            method, run_method_configs([r["run_dir"] for r in _finished(rec, method)])
+            method, run_method_configs([rec.run(r["run_dir"]).info for r in _finished(rec, method)])
         )
         rows.append(row)
     rows.sort(key=lambda r: (-_mean_of(r["true_acc_T0"]), r["method"]))
@@ -525,41 +538,44 @@ def figure(regimes: list[Regime], base: float | None):
     return fig
 
 
+# Suffixes of the leaderboard's outputs: temporaries of these names left by a kill are removed on the next write.
+OUTPUT_SUFFIXES = (".md", ".csv", ".png")
+
+
 def write(
     results_dir: Path, out_dir: Path, tag: str = "", offpolicy_tag: str | None = None,
     reference: str = "clip", alpha: float = 0.05,
 ) -> list[Path]:  # fmt: skip
-    """Compute the leaderboard from ``results_dir``; write leaderboard.md/.csv/.png into ``out_dir``.
+    """Compute the leaderboard from ``results_dir``; write leaderboard.md/.csv/.png into ``out_dir`` as one
+    set (``atomic.write_set``: after a failure or a kill the folder holds the previous three or the new
+    three, never a mix).
 
     Raises UnknownReference when ``reference`` is no method of the records' evaluation cells."""
     rec = Records.read(results_dir)
+    rec.check_one_model("the leaderboard")
     if not rec.evals.empty:
         present = sorted(set(rec.evals["method"]) - {"baseline"})
         if reference not in present:
             raise UnknownReference(f"reference={reference!r} is no method of the records; the methods are: "
                                    f"{', '.join(present)}")  # fmt: skip
-    regimes = [
-        regime_rows(rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {tag})" if tag else ""))
+    regimes = [  # titles (drawn into the figure too) from redacted text: a tag is user text
+        regime_rows(rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {redact(tag)})" if tag else ""))
     ]
     if offpolicy_tag:
-        title = f"Stale mini-batches (tag {offpolicy_tag})"
+        title = f"Stale mini-batches (tag {redact(offpolicy_tag)})"
         regimes.append(regime_rows(rec, offpolicy_tag, reference, 0.95, alpha, title))
     base = _base(rec, DATASET)
     md = markdown(regimes, base, alpha)  # everything computed before anything is written
     rows = csv_rows(regimes)
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
     from pspo_repro.analysis.plots import render
 
     png = render(figure(regimes, base))["png"]
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.png"]
-    with atomic_open(paths[0], "w", encoding="utf-8") as fh:
-        fh.write(md)
-    with atomic_open(paths[1], "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with atomic_open(paths[2], "wb") as fh:
-        fh.write(png)
+    write_set(redact_files({paths[0]: md, paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES)
     return paths
 
 
@@ -581,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < alpha < 1:
         print(f"error: alpha={args.get('alpha')!r} must be a number in (0, 1)", file=sys.stderr)
         return 2
+    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         paths = write(Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
                       args.get("offpolicy_tag") or None, args.get("reference") or "clip", alpha)  # fmt: skip
@@ -590,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError) as exc:  # bad or missing records, as common.cli.run_writer
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a full disk mid-write: write_set names the target and keeps the previous set
+        print(f"error: cannot write the outputs: {exc.strerror or exc}", file=sys.stderr)
+        return USAGE_EXIT
     for path in paths:
         print(f"wrote {path}")
     return 0

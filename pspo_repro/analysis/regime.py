@@ -40,7 +40,8 @@ from pspo_repro.analysis.stats import Interval, clip_interval, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
-from pspo_repro.common.output_dirs import folder_problem
+from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.redact import redact_files
 from pspo_repro.common.safe_paths import check_name
 
 log = logging.getLogger(__name__)
@@ -104,14 +105,28 @@ def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float 
 
 
 def _runs(results_dir: Path, tag: str) -> list[RunRecord]:
-    """The finished runs tagged ``tag``, read and checked by ``run_records.read_runs`` (the one reader)."""
-    return [r for r in read_runs(results_dir) if r.status == "finished" and r.tag == tag]
+    """The finished runs tagged ``tag``, read and checked by ``run_records.read_runs`` (the one reader). A run
+    of the tag left out because it is not finished, and one whose norm-clipped share is a guess
+    (``RunRecord.norm_note``), is named in a ``warning:`` line: no seed count or share moves without a word."""
+    out = []
+    for r in read_runs(results_dir):
+        if r.tag != tag:
+            continue
+        if r.status != "finished":
+            print(f"warning: {r.folder}: status {r.status}; left out of the regime table (it reads finished "
+                  "runs only)", file=sys.stderr, flush=True)  # fmt: skip
+            continue
+        if note := r.norm_note():
+            print(f"warning: {note}", file=sys.stderr, flush=True)
+        out.append(r)
+    return out
 
 
-def collect(results_dir: Path, tag: str = "") -> list[dict[str, Any]]:
-    """One row per (model, method): regime statistics over the seeds of runs with this ``tag``."""
+def collect(results_dir: Path, tag: str = "", runs: list[RunRecord] | None = None) -> list[dict[str, Any]]:
+    """One row per (model, method): regime statistics over the seeds of runs with this ``tag`` (``runs``:
+    those of ``_runs``, when already read)."""
     by_method: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for run in _runs(results_dir, tag):
+    for run in _runs(results_dir, tag) if runs is None else runs:
         stats = rows_stats(run.rows, run.max_grad_norm)
         stats["test_acc"] = _test_acc(results_dir, run.model, run.method, run.folder.name)
         by_method.setdefault((run.model, run.method), []).append(stats)
@@ -177,8 +192,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def fractions_figure(results_dir: Path, tag: str):
-    """Zero-gradient token fraction per optimizer step (mean over seeds), one line per method."""
+def fractions_figure(results_dir: Path, tag: str, runs: list[RunRecord] | None = None):
+    """Zero-gradient token fraction per optimizer step (mean over seeds), one line per method (``runs``: those
+    of ``_runs``, when already read)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,7 +203,7 @@ def fractions_figure(results_dir: Path, tag: str):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     series: dict[str, dict[int, list[float]]] = {}
     kls: dict[str, dict[int, list[float]]] = {}
-    for run in _runs(results_dir, tag):
+    for run in _runs(results_dir, tag) if runs is None else runs:
         for r in (r for r in run.rows if r.get("num_tokens") is not None):  # the figure's x axis
             if r.get("method/zero_grad_frac") is not None:
                 series.setdefault(run.method, {}).setdefault(r["num_tokens"], []).append(
@@ -218,7 +234,8 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     import io
 
     check_name("name", name)  # it names the files: one plain name, never a path
-    rows = collect(results_dir, tag)
+    runs = _runs(results_dir, tag)  # read once: each warning printed once
+    rows = collect(results_dir, tag, runs)
     if not rows:
         raise ValueError(f"no finished runs with tag {tag!r} under {results_dir / 'runs'}")
     paths = [out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}_fractions.png"]
@@ -228,8 +245,8 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     writer.writerows(rows)
     from pspo_repro.analysis.plots import render
 
-    png = render(fractions_figure(results_dir, tag))["png"]
-    write_set({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}, OUTPUT_SUFFIXES)
+    png = render(fractions_figure(results_dir, tag, runs))["png"]
+    write_set(redact_files({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES)
     return paths
 
 
@@ -247,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # before anything is read or written
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if why := folder_problem(args["out_dir"]):  # a file, read-only, a name too long: before any work
-        print(f"error: cannot write the outputs under out_dir={args['out_dir']}: {why}", file=sys.stderr)
+    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
         return 2
     return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag", ""),
                       args.get("name") or "regime")  # fmt: skip

@@ -563,8 +563,16 @@ def load_runs(
     """
     from pspo_repro.analysis.run_records import read_runs
 
+    return runs_frames(read_runs(root, left_out), param_keys)
+
+
+def runs_frames(
+    records: Sequence[Any], param_keys: dict[str, Sequence[str]] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``load_runs``' two tables from runs already read by ``run_records.read_runs`` (``RunRecord``s);
+    ResultsError when two of them have one identity (model, method, seed, tag)."""
     runs, long_rows = [], []
-    for rec in read_runs(root, left_out):
+    for rec in records:
         ident = {"model": rec.model, "method": rec.method, "seed": rec.seed, "tag": rec.tag}
         run = {**ident, "status": rec.status, "run_dir": str(rec.folder)}
         for column, keys in (param_keys or {}).items():

@@ -1,23 +1,36 @@
 """The one reader of training run records (``run.json``, ``metrics.jsonl``) for every analysis command.
 
-aggregate (through ``results_io.load_runs``), regime, claims and the leaderboard read runs here and nowhere
-else, so each gets the same checks, as evaluation cells get ``results_io.cell_problem``'s. The files are
+aggregate (through ``results_io.load_runs``), regime, claims and the leaderboard (through ``claims.Records``,
+which keeps each ``RunRecord`` for their per-run statistics, knobs and step norms) and the tuning selection
+(``tuning.select``) read runs here and nowhere else, so each gets the same checks, as evaluation cells get
+``results_io.cell_problem``'s (tests/analysis/test_one_door.py watches every command's opens). The files are
 untrusted (hand-edited, cut by a kill, written by another version): a problem that would change a table
 number without a word raises :class:`~pspo_repro.analysis.results_io.ResultsError` in one line naming the
 file (and line) and the field:
 
 - metrics.jsonl: a line that is blank, not JSON (a torn line: tolerated as the last line of a run that is
-  not finished, and named), or not an object; a ``step`` missing, not an integer, negative or repeated; a
-  value that is not a finite number or null (``NaN``, ``Infinity``, text, a boolean, a list: training
-  writes a non-finite value as null, so a NaN gradient norm is an edit, never "not clipped");
+  not finished, and named), or not an object; a ``step`` missing, not an integer, negative, repeated or
+  lower than the line before's (training appends in step order; the tables read first and last values by
+  line); a ``num_tokens`` that falls (a running total); a value that is not a finite number or null
+  (``NaN``, ``Infinity``, text, a boolean, a list: training writes a non-finite value as null, so a NaN
+  gradient norm is an edit, never "not clipped");
 - run.json: an identity that disagrees with its folder (``run_dir.identity_problem``), a seed that is not
   an integer, a ``status`` other than running / finished / failed, a ``config``, ``config.method`` or
-  ``config.trainer`` that is not a mapping, a ``config.trainer.max_grad_norm`` training would refuse
-  (negative, text, not finite);
-- a method folder that names no registered method (``conf/method/<name>.yaml``, the registry's names).
+  ``config.trainer`` that is not a mapping, a ``config.trainer`` setting the tables read that training
+  would refuse (``max_grad_norm`` negative, null, text or not finite; ``learning_rate`` not a number > 0;
+  ``eval_steps`` not an integer >= 1 or null);
+- a method folder that names no registered method (``conf/method/<name>.yaml``, the registry's names);
+- a ``config.method.name`` that disagrees with the method folder;
+- runs of another model merged into a row: a ``config.model`` that is not a mapping or whose ``name``
+  disagrees with the model folder, or two runs under one ``runs/{model}/{method}/`` folder whose
+  ``config.model`` names different base models (``model_key``: name, hub id, path, random init). They are
+  refused, naming both files, rather than kept as rows of their own: every table keys a row by the model
+  folder, so a second model has its own folder (``runs/{model}/``) and its own rows there.
 
 A run whose status is ``failed`` is left out of every table (its runs row and its metrics alike, so seed
-counts agree) and named in one line.
+counts agree) and named in one line. A run.json that records no ``config.trainer.max_grad_norm`` (none is
+written by training without one) is read as clipping off; the tables that read it name the run
+(``RunRecord.norm_note``).
 """
 
 from __future__ import annotations
@@ -52,8 +65,17 @@ class RunRecord:
 
     @property
     def max_grad_norm(self) -> float:
-        """The gradient-norm clipping threshold it trained with (``inf``: no clipping, as 0 or null mean)."""
+        """The gradient-norm clipping threshold it trained with (``inf``: no clipping, as 0 means, or none
+        recorded)."""
         return max_grad_norm(self.info)
+
+    def norm_note(self) -> str | None:
+        """One line naming the run when its run.json records no ``config.trainer.max_grad_norm`` (read as no
+        clipping: a norm-clipped share from it is a guess), else None."""
+        if "max_grad_norm" in ((self.info.get("config") or {}).get("trainer") or {}):
+            return None
+        return (f"{self.folder / 'run.json'}: records no config.trainer.max_grad_norm; its norm-clipped share "
+                "is read as clipping off")  # fmt: skip
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -88,19 +110,68 @@ def info_problem(info: dict[str, Any]) -> str | None:
         return None
     if not isinstance(config, dict):
         return f"config must be a mapping, got {type(config).__name__} {config!r}"
-    for key in ("method", "trainer"):
+    for key in ("model", "method", "trainer"):
         if key in config and not isinstance(config[key], dict):
             return f"config.{key} must be a mapping, got {type(config[key]).__name__} {config[key]!r}"
-    norm = (config.get("trainer") or {}).get("max_grad_norm")
-    if norm is not None and not (_is_num(norm) and norm >= 0):
-        return (
-            f"config.trainer.max_grad_norm={norm!r} is not what training takes (a finite number >= 0 or null)"
-        )
+    trainer = config.get("trainer") or {}
+    norm = trainer.get("max_grad_norm", 0)
+    if not (_is_num(norm) and norm >= 0):
+        return f"config.trainer.max_grad_norm={norm!r} is not what training takes (a finite number >= 0)"
+    lr = trainer.get("learning_rate", 1)
+    if not (_is_num(lr) and lr > 0):
+        return f"config.trainer.learning_rate={lr!r} is not what training takes (a finite number > 0)"
+    every = trainer.get("eval_steps")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        return f"config.trainer.eval_steps={every!r} is not what training takes (an integer >= 1 or null)"
     return None
 
 
+MODEL_KEYS = ("name", "hub_id", "path", "random_init")  # what tells one base model from another
+
+
+def model_key(info: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """The base model a run trained from, as its run.json's ``config.model`` names it (``MODEL_KEYS``;
+    None when it records none). A ``path`` inside the results root the run was trained under (run.json's
+    ``run_dir``, else this folder's) is written ``<results root>/...``, so the same SFT base of runs made in
+    two checkouts of the results compares equal (as ``run_dir.portable_identity`` does for a reopened run)."""
+    model = (info.get("config") or {}).get("model")
+    if not isinstance(model, dict) or not model:
+        return None
+    key = {k: model.get(k) for k in MODEL_KEYS}
+    path = key["path"]
+    if isinstance(path, str):
+        trained = info.get("run_dir")
+        for place in ([Path(trained)] if isinstance(trained, str) else []) + [folder]:
+            if len(place.parents) >= 4 and place.parents[2].name == "runs":
+                try:
+                    key["path"] = f"<results root>/{Path(path).relative_to(place.parents[3]).as_posix()}"
+                    break
+                except ValueError:
+                    continue
+    return key
+
+
+def check_one_model(runs: list[RunRecord]) -> None:
+    """ResultsError naming two run.json files when runs under one ``runs/{model}/{method}/`` folder name
+    different base models (``model_key``): merged into one row, their seeds would be averaged as one
+    method's. Runs that record no ``config.model`` are not compared."""
+    first: dict[Path, tuple[RunRecord, dict[str, Any]]] = {}
+    for run in runs:
+        key = model_key(run.info, run.folder)
+        if key is None:
+            continue
+        seen = first.setdefault(run.folder.parent, (run, key))
+        if seen[1] != key:
+            differ = [k for k in MODEL_KEYS if seen[1][k] != key[k]]
+            raise ResultsError(
+                f"{seen[0].folder / 'run.json'} and {run.folder / 'run.json'}: runs of different base models "
+                f"under one method folder ({'; '.join(f'config.model.{k} {seen[1][k]!r} vs {key[k]!r}' for k in differ)}), "
+                f"which would be averaged into one row; file each model's runs under runs/<its model name>/"
+            )
+
+
 def max_grad_norm(info: dict[str, Any]) -> float:
-    """``config.trainer.max_grad_norm`` of a checked run.json; ``inf`` when 0, null or absent (no clipping)."""
+    """``config.trainer.max_grad_norm`` of a checked run.json; ``inf`` when 0 or absent (no clipping)."""
     norm = ((info.get("config") or {}).get("trainer") or {}).get("max_grad_norm")
     return float(norm) if norm else math.inf
 
@@ -143,6 +214,7 @@ def read_metrics(path: Path, finished: bool = True, notes: list[str] | None = No
         lines.pop()  # the newline that ends the last line
     rows: list[dict[str, Any]] = []
     seen: dict[int, int] = {}
+    tokens: int | None = None  # the last num_tokens logged
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             raise ResultsError(
@@ -165,6 +237,14 @@ def read_metrics(path: Path, finished: bool = True, notes: list[str] | None = No
             raise ResultsError(
                 f"{path}:{lineno}: step {obj['step']} repeats line {seen[obj['step']]}'s (each step is logged once)"
             )
+        if rows and obj["step"] < rows[-1]["step"]:
+            raise ResultsError(f"{path}:{lineno}: step {obj['step']} after step {rows[-1]['step']} (training "
+                               "logs its steps in order)")  # fmt: skip
+        if obj.get("num_tokens") is not None:
+            if tokens is not None and obj["num_tokens"] < tokens:
+                raise ResultsError(f"{path}:{lineno}: num_tokens {obj['num_tokens']} below an earlier line's "
+                                   f"{tokens} (a running total)")  # fmt: skip
+            tokens = obj["num_tokens"]
         seen[obj["step"]] = lineno
         rows.append(obj)
     return rows
@@ -193,6 +273,18 @@ def read_run(folder: Path, root: Path | None = None, notes: list[str] | None = N
     ident = {k: info.get(k, fallback[k]) for k in ("model", "method", "seed", "tag")}
     if any(ident[k] is None for k in ("model", "method", "seed")):
         raise ResultsError(f"{folder}: cannot tell model/method/seed (no run.json, unexpected layout)")
+    named = ((info.get("config") or {}).get("model") or {}).get("name")
+    if named is not None and named != ident["model"]:
+        raise ResultsError(
+            f"{info_path}: config.model.name {named!r} disagrees with the run's model {ident['model']!r} "
+            "(its folder runs/<model>/): runs of another model would be merged into this model's rows"
+        )
+    named = ((info.get("config") or {}).get("method") or {}).get("name")
+    if named is not None and named != ident["method"]:
+        raise ResultsError(
+            f"{info_path}: config.method.name {named!r} disagrees with the run's method {ident['method']!r} "
+            "(its folder runs/<model>/<method>/): another method's run would be counted as this one's"
+        )
     method_folder = folder.parent.name  # where it is filed (identity_problem: run.json agrees with it)
     known = registered_methods()
     if method_folder not in known:
@@ -221,6 +313,7 @@ def read_runs(root: Path, left_out: list[str] | None = None) -> list[RunRecord]:
             )
             continue
         out.append(run)
+    check_one_model(out)
     if left_out is not None:
         left_out.extend(notes)
     else:

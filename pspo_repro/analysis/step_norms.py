@@ -10,11 +10,12 @@ is missing or not finite is neither clipped nor unclipped: it is left out of the
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pspo_repro.analysis.result_files import ResultsError
 
 
 @dataclass
@@ -72,6 +73,13 @@ def step_norms(rows: list[dict[str, Any]], max_grad_norm: float | None) -> StepN
 
 
 def run_step_norms(folder: Path, info: dict[str, Any]) -> StepNorms:
-    """``step_norms`` of the run in ``folder`` whose run.json is ``info``."""
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return step_norms(rows, info["config"]["trainer"].get("max_grad_norm"))
+    """``step_norms`` of the run in ``folder`` whose run.json is ``info``, its metrics.jsonl read and both
+    checked by the one reader of run records (``run_records``: ResultsError naming the file and field)."""
+    from pspo_repro.analysis.run_records import info_problem, read_metrics
+    from pspo_repro.analysis.run_records import max_grad_norm as limit_of
+
+    if why := info_problem(info):
+        raise ResultsError(f"{folder / 'run.json'}: {why}")
+    rows = read_metrics(folder / "metrics.jsonl", finished=info.get("status") == "finished")
+    limit = limit_of(info)
+    return step_norms(rows, None if math.isinf(limit) else limit)

@@ -17,13 +17,15 @@ the base model's, is left out). Ties go to the value listed first (the sweep's o
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pspo_repro.analysis.result_files import ResultsError
+from pspo_repro.analysis.run_records import read_info, read_metrics, read_run
 
 VALIDATION_METRIC = "eval/reward"
 
@@ -73,21 +75,21 @@ class Selection:
 
 
 def best_validation(metrics_path: Path) -> float:
-    """A run's best validation reward after step 0 (NaN when it never validated after the start)."""
-    best = -math.inf
+    """A run's best validation reward after step 0 (NaN when it never validated after the start), from its
+    metrics.jsonl read and checked by the one reader of run records (``run_records.read_metrics``: a torn,
+    blank or non-numeric line is TuningError naming the file and line)."""
     if not metrics_path.is_file():
         raise TuningError(f"{metrics_path}: no such file")
-    for n, line in enumerate(metrics_path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            raise TuningError(f"{metrics_path}:{n}: not a JSON line") from None
-        value = rec.get(VALIDATION_METRIC)
-        if rec.get("step", 0) > 0 and isinstance(value, int | float) and math.isfinite(value):
-            best = max(best, float(value))
-    return best if best > -math.inf else math.nan
+    try:
+        return best_of(read_metrics(metrics_path))
+    except ResultsError as exc:
+        raise TuningError(str(exc)) from None
+
+
+def best_of(rows: list[dict[str, Any]]) -> float:
+    """The best ``eval/reward`` after step 0 among checked metrics rows (NaN when there is none)."""
+    values = [float(r[VALIDATION_METRIC]) for r in rows if r["step"] > 0 and r.get(VALIDATION_METRIC) is not None]
+    return max(values) if values else math.nan
 
 
 def select(
@@ -114,13 +116,16 @@ def select(
         got = {}
         for seed in seeds:
             folder = runs_root / method / f"seed{int(seed)}-{vtag}"
-            try:
-                status = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
-            except (OSError, ValueError):
-                status = None
+            status = None
+            try:  # the one reader of run records: run.json and metrics.jsonl checked as every table's are
+                if (folder / "run.json").is_file():
+                    status = read_info(folder / "run.json").get("status")
+                if status == "finished":
+                    score = best_of(read_run(folder).rows)
+            except ResultsError as exc:
+                raise TuningError(f"selection of {key} for {method}: {exc}") from None
             if status != "finished":
                 raise TuningError(f"selection of {key} for {method}: run {folder} is not finished ({status})")
-            score = best_validation(folder / "metrics.jsonl")
             if math.isnan(score):
                 raise TuningError(f"selection of {key} for {method}: {folder} has no validation after step 0")
             got[int(seed)] = score

@@ -334,12 +334,17 @@ def parse_key_values(
 
 def run_writer(write: Any, *args: Any) -> int:
     """Run a table command's ``write(*args)`` (it returns the paths it wrote) as a CLI: each path on
-    stdout, exit 0; a ValueError or KeyError (bad or missing records) is one ``error:`` line, exit 1."""
+    stdout, exit 0; a ValueError or KeyError (bad or missing records) is one ``error:`` line, exit 1; an
+    OSError of the write (a full disk: ``atomic.write_set`` names the target and leaves the previous set) is
+    one ``error:`` line, exit 2, as aggregate's."""
     try:
         paths = write(*args)
     except (ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"error: cannot write the outputs: {exc.strerror or exc}", file=sys.stderr)
+        return USAGE_EXIT
     for path in paths:
         print(f"wrote {path}")
     return 0

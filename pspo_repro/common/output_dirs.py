@@ -85,3 +85,11 @@ def env_folders_problem(results_sub: str | None = None, results: bool = True) ->
         if why := folder_problem(folder):
             return f"cannot write the outputs under {label}: {why}; set {var} to a folder that can be written"
     return None
+
+
+def out_dir_error(out_dir: str | os.PathLike) -> str | None:
+    """The one line an analysis command (regime, claims, leaderboard) prints, before any work, when its
+    ``out_dir`` fails ``folder_problem``; None when it can be written."""
+    if why := folder_problem(out_dir):
+        return f"cannot write the outputs under out_dir={out_dir}: {why}"
+    return None

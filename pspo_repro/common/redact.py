@@ -1,14 +1,18 @@
-"""Keep credentials out of result files: run.json, evaluation JSON ``config`` fields, metrics.
+"""Keep credentials out of result files: run.json, evaluation JSON ``config`` fields, metrics, and every
+table, caption, title, quote and summary the analysis commands render.
 
 A resolved config can pick up a secret through an interpolation (``${oc.env:WANDB_API_KEY}``) or a
 command-line override; results are shared and committed, so every record is passed through ``redact``
-before it is written. No torch imports.
+before it is written, and every output set of aggregate, regime, claims and the leaderboard through
+``redact_files`` (figures, whose text cannot be edited once drawn, are drawn from redacted text). No torch
+imports.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -60,3 +64,11 @@ def redact(obj: Any, _secrets: list[str] | None = None) -> Any:
             if s in obj:
                 obj = obj.replace(s, REDACTED)
     return obj
+
+
+def redact_files(files: dict[Path, str | bytes]) -> dict[Path, str | bytes]:
+    """An output set (path -> text or bytes) with every credential value in its text replaced
+    (``redact``): the analysis commands pass each set through here on its way to ``atomic.write_set``. Bytes
+    (rendered figures) are passed as they are: their labels come from text already redacted."""
+    secrets = secret_values()
+    return {path: redact(content, secrets) if isinstance(content, str) else content for path, content in files.items()}

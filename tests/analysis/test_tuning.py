@@ -20,7 +20,7 @@ VALUES = ["1e-4", "3e-4", "1e-3"]
 def _run(folder: Path, rewards: list[float | None], status: str = "finished") -> None:
     """A run folder whose metrics.jsonl validates at steps 0, 4, 8, ... with these rewards."""
     folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({"status": status}))
+    (folder / "run.json").write_text(json.dumps({"status": status, "tag": folder.name.partition("-")[2]}))
     lines = [json.dumps({"step": 4 * i, "eval/reward": r}) for i, r in enumerate(rewards)]
     lines.insert(1, json.dumps({"step": 1, "train/loss": 0.1}))  # a training line has no validation
     (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
@@ -69,19 +69,25 @@ def test_select_ties_go_to_the_first_value_and_points_select_their_own_runs(tmp_
         select(tmp_path, "noclip", "tune", "trainer.learning_rate", VALUES, [100, 101, 102])
 
 
-@pytest.mark.parametrize("problem", ["unfinished", "no_validation", "torn"])
+@pytest.mark.parametrize("problem", ["unfinished", "no_validation", "torn", "nan", "relabelled"])
 def test_select_refuses_a_choice_on_fewer_runs(tmp_path, problem):
     _sweep(tmp_path, "pspo", {v: [[0.0, 0.2]] * 3 for v in VALUES})
     bad = tmp_path / "pspo" / "seed101-tune-learning_rate0.001"
     if problem == "unfinished":
-        (bad / "run.json").write_text(json.dumps({"status": "running"}))
+        (bad / "run.json").write_text(json.dumps({"status": "running", "tag": "tune-learning_rate0.001"}))
         match = "not finished"
     elif problem == "no_validation":
         (bad / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/reward": 0.5}) + "\n")
         match = "no validation after step 0"
-    else:
+    elif problem == "torn":
         (bad / "metrics.jsonl").write_text('{"step": 4, "eval/rew\n')
-        match = "metrics.jsonl:1: not a JSON line"
+        match = "metrics.jsonl:1: bad JSON line"  # the one reader of run records names the line
+    elif problem == "nan":  # it used to be passed over, so the choice was made on the other steps
+        (bad / "metrics.jsonl").write_text('{"step": 0, "eval/reward": 0.1}\n{"step": 4, "eval/reward": NaN}\n')
+        match = "metrics.jsonl:2: eval/reward=nan is not a finite number"
+    else:  # another run's run.json copied into this folder
+        (bad / "run.json").write_text(json.dumps({"status": "finished", "tag": "tune-learning_rate0.0003"}))
+        match = "tag 'tune-learning_rate0.0003' disagrees with its folder"
     with pytest.raises(TuningError, match=match):
         select(tmp_path, "pspo", "tune", "trainer.learning_rate", VALUES, [100, 101, 102])
 
