@@ -142,8 +142,8 @@ def test_committed_leaderboard_regenerates_byte_for_byte(tmp_path):
     for name in ("leaderboard.md", "leaderboard.csv"):
         assert (tmp_path / name).read_bytes() == (committed / name).read_bytes(), name
     text = (committed / "leaderboard.md").read_text()
-    assert text.count("| ref |") == 2 and "27 methods, 3 seeds each" in text
-    assert "| 26-27 | clip | - | < | 3.7 [0.0, 11.9]§ |" in text  # collapsed in the stale regime
+    assert text.count("| ref |") == 2 and "33 methods, 3 seeds each" in text
+    assert "| 30-33 | clip | - | < | 3.7 [0.0, 11.9]§ |" in text  # collapsed in the stale regime
     assert "clip collapsed here (2 of 3 seeds), so the reference is" in text
 
 
