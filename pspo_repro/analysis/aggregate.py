@@ -9,6 +9,7 @@ at the end, so invalid input writes nothing and a crash leaves earlier outputs i
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -189,7 +190,9 @@ def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: 
                     f"foreign checkpoint (allow_foreign_checkpoint=true, not this run's own): {f}: {ckpt}"
                 )
     long = eval_long(cells)
-    outputs.files[out / "long_eval.csv"] = long.drop(columns=["per_prompt"]).to_csv(index=False)
+    # Each cell's file relative to the results root: the CSV is the same in every checkout of the tree.
+    shown = long.drop(columns=["per_prompt"]).assign(file=[relative_to(Path(f), root) for f in long["file"]])
+    outputs.files[out / "long_eval.csv"] = shown.to_csv(index=False)
     outputs.messages += prompt_set_warnings(cells)
     by_method = dict(cfg.expected_seeds_by_method or {})
     common = dict(ci=cfg.ci, confidence=float(cfg.confidence), expected_seeds=int(cfg.expected_seeds),
@@ -327,12 +330,24 @@ def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: O
         outputs.messages.append(f"no run logged {cfg.curves.metric}: skipped training_curves")
 
 
+def relative_to(path: Path, base: Path) -> str:
+    """``path`` relative to ``base`` (posix, ``.`` for ``base`` itself) when it lies under it, else as given:
+    outputs then name files the same in every checkout, and a path outside the tree stays unambiguous."""
+    try:
+        return path.relative_to(base).as_posix() or "."
+    except ValueError:
+        return str(path)
+
+
 def summary_text(root: Path, out: Path, cfg: DictConfig, outputs: Outputs) -> str:
-    """What was read, what was written or skipped, and every cell with fewer seeds than expected."""
+    """What was read, what was written or skipped, and every cell with fewer seeds than expected. The results
+    root is shown relative to the summary's folder (``.``, or ``..`` for ``<root>/tables``) when it holds it,
+    so a committed summary is the same in every checkout; else as given."""
+    where = os.path.relpath(root, out) if out == root or root in out.parents else str(root)
     lines = [
         "# Aggregation summary",
         "",
-        f"results: {root}; ci: {cfg.ci}; expected seeds: {cfg.expected_seeds}",
+        f"results: {where}; ci: {cfg.ci}; expected seeds: {cfg.expected_seeds}",
         "",
     ]
     lines += ["## Written", ""] + [f"- {p.relative_to(out)}" for p in sorted(outputs.files)] + [""]

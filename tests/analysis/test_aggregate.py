@@ -344,3 +344,32 @@ def test_cli_empty_tree(results_root, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and str(results_root) in proc.stderr
     assert list(tmp_path.iterdir()) == [results_root] and not list(results_root.iterdir())  # nothing written
+
+
+def test_outputs_name_files_relative_to_the_results_root(tmp_path, cfg_for):
+    """long_eval.csv's ``file`` column and summary.md's ``results:`` line hold paths relative to the results
+    root, so the same tree aggregated in two checkouts gives the same bytes (they used to differ by the
+    checkout's absolute path on every row); a relative ``file`` still names one cell under the root."""
+    import csv
+    import shutil
+
+    first = tmp_path / "a" / "results"
+    build_tree(first)
+    second = tmp_path / "elsewhere" / "deeper" / "results"
+    shutil.copytree(first, second)
+    texts = {}
+    for root in (first, second):
+        aggregate.run(cfg_for(f"results_dir={root}", f"out_dir={root}"))
+        summary = (root / "summary.md").read_text().splitlines()
+        texts[root] = ((root / "long_eval.csv").read_bytes(), summary[2])  # notes name files as found
+        with open(root / "long_eval.csv", newline="") as f:
+            files = {r["file"] for r in csv.DictReader(f)}
+        assert files and all(not Path(f).is_absolute() and f.startswith("eval/") for f in files), files
+        assert all((root / f).is_file() for f in files)
+        assert summary[2].startswith("results: .; ")
+    assert texts[first] == texts[second]
+    aggregate.run(cfg_for(f"results_dir={first}"))  # the default out_dir, <root>/tables
+    assert "results: ..; " in (first / "tables" / "summary.md").read_text()
+    out = tmp_path / "out"  # an out_dir outside the root: the root as given, absolute
+    aggregate.run(cfg_for(f"results_dir={first}", f"out_dir={out}"))
+    assert f"results: {first}; " in (out / "summary.md").read_text()
