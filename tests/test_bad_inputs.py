@@ -414,6 +414,47 @@ def setup_stale_is_file(tmp, results, tiny):
     return {}
 
 
+# ---------------------------------------------------------------- issue 36 item 3: the claims spec, checked up front
+
+# A valid spec (each case below edits one thing); written by hand so its lines are known: the claim starts on
+# line 2, its measurements are on lines 10-11, the verdict on line 12.
+CLAIMS_SPEC = """\
+claims:
+  - id: c1
+    claim: PSPO beats clip
+    quote: q
+    section: s
+    test: t
+    test_short: toy
+    key: diff
+    measure:
+      - {id: acc, kind: accuracy, a: {method: pspo}}
+      - {id: diff, kind: compare, a: {method: pspo}, b: {method: clip}}
+    verdict: {rule: greater, diff: diff}
+"""
+
+
+def _spec_case(old: str = "", new: str = "", *, raw: bytes | None = None):
+    """A claims case: the valid spec with ``old`` replaced by ``new`` (or ``raw`` bytes), beside one cell, so
+    a command that read the records before the spec would meet the records first."""
+    assert old in CLAIMS_SPEC
+
+    def setup(tmp, results, tiny):
+        _cell(results, 0)
+        spec = tmp / "spec.yaml"
+        if raw is not None:
+            spec.write_bytes(raw)
+        else:
+            spec.write_text(CLAIMS_SPEC.replace(old, new, 1) if old else new)
+        return {"SPEC": str(spec)}
+
+    return setup
+
+
+_CLAIMS_ARGS = ["results_dir={RESULTS}", "out_dir={TMP}/claims_out", "spec={SPEC}"]
+_TUNING = "tuning:\n  lr: {from_tag: tune, to_tag: tuned, key: trainer.learning_rate, values: [1.0e-4], seeds: [100]}\n"
+
+
 # (id, module, args, setup, env, patterns that must all be in the one line). "{RUN}" and "{RESULTS}" are
 # filled in from the setup. Every message names the bad value and what is allowed (or what to do).
 CASES = [
@@ -631,6 +672,51 @@ CASES = [
     ("agg-out-dir-file", "aggregate", ["results_dir={RESULTS}", "out_dir={TMP}/outfile"], setup_out_dir_file, None, ["out_dir=", "outfile is a file, not a folder"]),
     ("agg-out-dir-too-long", "aggregate", ["results_dir={RESULTS}", "out_dir={TMP}/" + "t" * 300], setup_one_cell, None, ["out_dir=", "longer than the file system allows"]),
     ("agg-stale-is-file", "aggregate", ["results_dir={RESULTS}"], setup_stale_is_file, None, ["tables/stale is not a folder", "move or rename it"]),
+    # --- issue 36 item 3: the claims spec, checked whole before any record is read (file:line, claim, field)
+    ("claims-spec-broken-yaml", "claims", _CLAIMS_ARGS, _spec_case("claim: PSPO beats clip", "claim: [PSPO beats clip"), None, ["spec.yaml:4", "not a readable YAML spec", "expected ',' or ']'"]),
+    ("claims-spec-not-utf8", "claims", _CLAIMS_ARGS, _spec_case(raw=b"claims:\n  - id: c\xff1\n"), None, ["spec.yaml", "not a readable YAML spec"]),
+    ("claims-spec-duplicate-yaml-key", "claims", _CLAIMS_ARGS, _spec_case("    quote: q\n", "    quote: q\n    quote: r\n"), None, ["spec.yaml:", "not a readable YAML spec", "quote"]),
+    ("claims-spec-a-list", "claims", _CLAIMS_ARGS, _spec_case(new="- 1\n- 2\n"), None, ["spec.yaml:1", "the spec", "must be a mapping, got [1, 2]"]),
+    ("claims-spec-top-key-typo", "claims", _CLAIMS_ARGS, _spec_case("claims:", "claim:"), None, ["spec.yaml:1", "claim: not a key of the spec; keys: claims, tuning"]),
+    ("claims-spec-no-claims", "claims", _CLAIMS_ARGS, _spec_case(new="claims: []\n"), None, ["spec.yaml:1", "non-empty `claims` list"]),
+    ("claims-spec-claim-not-mapping", "claims", _CLAIMS_ARGS, _spec_case(new="claims: [c1]\n"), None, ["claim #1", "must be a mapping, got 'c1'"]),
+    ("claims-spec-missing-test-short", "claims", _CLAIMS_ARGS, _spec_case("    test_short: toy\n", ""), None, ["spec.yaml:2", "claim 'c1': test_short is missing"]),
+    ("claims-spec-quote-number", "claims", _CLAIMS_ARGS, _spec_case("quote: q", "quote: 12"), None, ["spec.yaml:4", "claim 'c1': quote must be a non-empty text, got 12"]),
+    ("claims-spec-claim-key-typo", "claims", _CLAIMS_ARGS, _spec_case("    verdict:", "    verdcit: {}\n    verdict:"), None, ["spec.yaml:12", "claim 'c1': verdcit: not a key of a claim"]),
+    ("claims-spec-duplicate-claim-id", "claims", _CLAIMS_ARGS, _spec_case(new=CLAIMS_SPEC + CLAIMS_SPEC.split("\n", 1)[1]), None, ["spec.yaml:13", "claim id 'c1' used twice"]),
+    ("claims-spec-duplicate-measure-id", "claims", _CLAIMS_ARGS, _spec_case("{id: diff, kind: compare", "{id: acc, kind: compare"), None, ["spec.yaml:11", "claim 'c1'", "measurement id(s) ['acc'] used twice"]),
+    ("claims-spec-unknown-kind", "claims", _CLAIMS_ARGS, _spec_case("kind: accuracy", "kind: acuracy"), None, ["spec.yaml:10", "measure 'acc'", "kind 'acuracy'; allowed: accuracy, compare"]),
+    ("claims-spec-temperature-text", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temperature: hot}}"), None, ["spec.yaml:10", "claim 'c1': measure 'acc': a.temperature must be a number >= 0, got 'hot'"]),
+    ("claims-spec-temperature-quoted", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temperature: '0.8'}}"), None, ["measure 'acc': a.temperature must be a number >= 0, got '0.8'"]),
+    ("claims-spec-temperature-negative", "claims", _CLAIMS_ARGS, _spec_case("b: {method: clip}}", "b: {method: clip, temperature: -0.5}}"), None, ["measure 'diff': b.temperature must be a number >= 0, got -0.5"]),
+    ("claims-spec-temperature-env", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temperature: '${oc.env:PSPO_T}'}}"), None, ["a.temperature must be a number >= 0, got '${oc.env:PSPO_T}'"]),
+    ("claims-spec-group-key-typo", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temprature: 0.8}}"), None, ["measure 'acc': a.temprature: not a key of a run group; keys: method, tag"]),
+    ("claims-spec-group-no-method", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {tag: x}}"), None, ["measure 'acc': a.method is missing"]),
+    ("claims-spec-group-text", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: pspo}"), None, ["measure 'acc': a (a run group", "must be a mapping, got 'pspo'"]),
+    ("claims-spec-tag-number", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, tag: 3}}"), None, ["measure 'acc': a.tag must be a text", "got 3"]),
+    ("claims-spec-compare-no-b", "claims", _CLAIMS_ARGS, _spec_case(", b: {method: clip}}", "}"), None, ["spec.yaml:11", "measure 'diff': b is missing"]),
+    ("claims-spec-tuned-unknown", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, tuned: lr}}"), None, ["measure 'acc': a.tuned: 'lr' is not in the spec's tuning section (none)"]),
+    ("claims-spec-tuned-and-tag", "claims", _CLAIMS_ARGS, _spec_case(new=_TUNING + CLAIMS_SPEC.replace("a: {method: pspo}}", "a: {method: pspo, tuned: lr, tag: x}}")), None, ["measure 'acc': a.tag: a tuned group's tag is the selection's"]),
+    ("claims-spec-tuning-no-seeds", "claims", _CLAIMS_ARGS, _spec_case(new=_TUNING.replace(", seeds: [100]", "") + CLAIMS_SPEC), None, ["spec.yaml:2", "tuning.lr.seeds must be a non-empty list, got None"]),
+    ("claims-spec-tuning-seed-text", "claims", _CLAIMS_ARGS, _spec_case(new=_TUNING.replace("[100]", "[abc]") + CLAIMS_SPEC), None, ["spec.yaml:2", "tuning.lr.seeds[0] must be an integer >= 0, got 'abc'"]),
+    ("claims-spec-tuning-not-mapping", "claims", _CLAIMS_ARGS, _spec_case(new="tuning: [lr]\n" + CLAIMS_SPEC), None, ["spec.yaml:1", "tuning (selections", "must be a mapping, got ['lr']"]),
+    ("claims-spec-interaction-temps", "claims", _CLAIMS_ARGS, _spec_case("{id: diff, kind: compare, a: {method: pspo}, b: {method: clip}}", "{id: diff, kind: interaction, a: {method: pspo}, b: {method: clip}, temperatures: [0.0, hot]}"), None, ["measure 'diff': temperatures must be two numbers >= 0, the lower first, got [0.0, 'hot']"]),
+    ("claims-spec-run-stat-steps", "claims", _CLAIMS_ARGS, _spec_case("{id: acc, kind: accuracy, a: {method: pspo}}", "{id: acc, kind: run_stat, a: {method: pspo}, stat: method/zero_grad_frac, steps: some}"), None, ["measure 'acc': steps must be one of all, reuse, got 'some'"]),
+    ("claims-spec-run-stat-percent", "claims", _CLAIMS_ARGS, _spec_case("{id: acc, kind: accuracy, a: {method: pspo}}", "{id: acc, kind: run_stat, a: {method: pspo}, stat: s, percent: 'yes'}"), None, ["measure 'acc': percent must be true or false, got 'yes'"]),
+    ("claims-spec-run-stat-no-stat", "claims", _CLAIMS_ARGS, _spec_case("{id: acc, kind: accuracy, a: {method: pspo}}", "{id: acc, kind: run_stat, a: {method: pspo}}"), None, ["measure 'acc': stat is missing"]),
+    ("claims-spec-frontier-no-groups", "claims", _CLAIMS_ARGS, _spec_case("{id: acc, kind: accuracy, a: {method: pspo}}", "{id: acc, kind: frontier, a: {method: pspo}, b: {method: clip, groups: [{}]}}"), None, ["measure 'acc': a.groups must be a non-empty list of run groups"]),
+    ("claims-spec-measure-not-list", "claims", _CLAIMS_ARGS, _spec_case(CLAIMS_SPEC[CLAIMS_SPEC.index("    measure:"):CLAIMS_SPEC.index("    verdict")], "    measure: acc\n"), None, ["spec.yaml:9", "claim 'c1': measure must be a list of measurements, got 'acc'"]),
+    ("claims-spec-rule-unknown", "claims", _CLAIMS_ARGS, _spec_case("rule: greater", "rule: greatest"), None, ["spec.yaml:12", "claim 'c1': rule 'greatest'; allowed: greater, interaction"]),
+    ("claims-spec-rule-missing-id", "claims", _CLAIMS_ARGS, _spec_case("diff: diff}", "dif: diff}"), None, ["spec.yaml:12", "verdict.dif: not a key of the greater rule"]),
+    ("claims-spec-rule-unknown-id", "claims", _CLAIMS_ARGS, _spec_case("diff: diff}", "diff: dif}"), None, ["spec.yaml:12", "verdict.diff: 'dif' names no measurement of this claim; measurements: acc, diff"]),
+    ("claims-spec-key-unknown-id", "claims", _CLAIMS_ARGS, _spec_case("key: diff", "key: dif"), None, ["spec.yaml:8", "claim 'c1': key 'dif' names no measurement of this claim"]),
+    ("claims-spec-threshold-text", "claims", _CLAIMS_ARGS, _spec_case("{rule: greater, diff: diff}", "{rule: exceeds, stats: [acc], threshold: high}"), None, ["spec.yaml:12", "verdict.threshold must be a number, got 'high'"]),
+    ("claims-spec-margin-missing", "claims", _CLAIMS_ARGS, _spec_case("{rule: greater, diff: diff}", "{rule: non_inferior, diff: diff}"), None, ["the non_inferior rule needs one of verdict.margin (a number) or verdict.margin_from"]),
+    ("claims-spec-bootstrap-not-frontier", "claims", _CLAIMS_ARGS, _spec_case("{rule: greater, diff: diff}", "{rule: greater, diff: diff, test: bootstrap}"), None, ["verdict.test: bootstrap is the test of a frontier measurement", "'diff' is a compare"]),
+    ("claims-spec-test-unknown", "claims", _CLAIMS_ARGS, _spec_case("{rule: greater, diff: diff}", "{rule: greater, diff: diff, test: z}"), None, ["verdict.test must be one of t, wilcoxon, sign, bootstrap, got 'z'"]),
+    ("claims-spec-peak-best-outside", "claims", _CLAIMS_ARGS, _spec_case("{rule: greater, diff: diff}", "{rule: peak, values: [acc], best: diff}"), None, ["verdict.best 'diff' is not one of verdict.values ['acc']"]),
+    ("claims-spec-verdict-missing", "claims", _CLAIMS_ARGS, _spec_case("    verdict: {rule: greater, diff: diff}\n", ""), None, ["spec.yaml:2", "claim 'c1': verdict is missing"]),
+    ("claims-spec-not-a-file", "claims", ["results_dir={RESULTS}", "out_dir={TMP}/claims_out", "spec={RESULTS}"], setup_one_cell, None, ["spec=", "is not a file"]),
 ]  # fmt: skip
 IDS = [c[0] for c in CASES]
 
@@ -731,9 +817,11 @@ def test_bad_input_in_process(
     before, sandbox = _snapshot(results), _outside(tmp_path)
     main = entry_main(case[1])
     monkeypatch.setattr(sys, "argv", [f"pspo_repro.{case[1]}", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    _check(case, exc.value.code, capsys.readouterr().err, before, results)
+    try:  # train, evaluate, aggregate exit; the small commands (claims) return their exit status
+        code = main()
+    except SystemExit as exc:
+        code = exc.code
+    _check(case, code, capsys.readouterr().err, before, results)
     assert _outside(tmp_path) == sandbox, "something was written outside results/ (an escaping path?)"
 
 

@@ -61,8 +61,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
+from pspo_repro.analysis.claims_spec import (  # noqa: F401 (KINDS, load_spec, load_tuning: claims' own names)
+    KINDS,
+    RULES,
+    ClaimsError,
+    load_spec,
+    load_tuning,
+    read_spec,
+)
 from pspo_repro.analysis.regime import rows_stats
 from pspo_repro.analysis.results_io import eval_long, load_eval_cells, prompt_values, runs_frames
 from pspo_repro.analysis.run_records import RunRecord, read_runs
@@ -72,17 +79,10 @@ from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
-from pspo_repro.common.redact import redact, redact_files
+from pspo_repro.common.redact import redact_files
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
 GRAD_CLIPPED = "grad_clipped"  # run_stat: share of optimizer steps whose gradient norm was clipped
-KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier")
-RULES = ("greater", "interaction", "non_inferior", "equivalent", "stable", "exceeds", "zero_vs_positive",
-         "identical_unless_clipped", "peak", "not_testable")  # fmt: skip
-
-
-class ClaimsError(ValueError):
-    """A spec that names an unknown measurement, rule or run group, or a group with no records."""
 
 
 @dataclass
@@ -700,58 +700,6 @@ def verdict(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[str, str]:
 # ---------------------------------------------------------------- the table
 
 
-def _spec(path: Path) -> dict[str, Any]:
-    """The spec as data: interpolations kept as text (``${oc.env:HF_TOKEN}`` is never resolved), and every
-    credential value pasted into it replaced (``redact``), so no quote, label or caption drawn from it (the
-    frontier figure's titles included) can carry one."""
-    try:
-        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception as exc:  # YAML errors name the line
-        raise ClaimsError(f"{path}: not a readable YAML spec ({exc})") from None
-    if not isinstance(spec, dict):
-        raise ClaimsError(f"{path}: expected a mapping with a `claims` list")
-    return redact(spec)
-
-
-def load_spec(path: Path) -> list[dict[str, Any]]:
-    """The claims of ``path`` (YAML with a ``claims`` list), checked for unknown kinds and rules and for
-    measurement ids used twice in a claim. Interpolations are not resolved: a quote is text, never an
-    environment variable's value."""
-    claims = _spec(path).get("claims")
-    if not isinstance(claims, list) or not claims:
-        raise ClaimsError(f"{path}: expected a non-empty `claims` list")
-    for c in claims:
-        if not isinstance(c, dict):
-            raise ClaimsError(f"{path}: each claim must be a mapping, got {c!r}")
-        for key in ("id", "claim", "quote", "section", "test", "verdict"):
-            if key not in c:
-                raise ClaimsError(f"{path}: claim {c.get('id', '?')!r} has no {key!r}")
-        ids = [m.get("id") for m in c.get("measure") or []]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        if dup:
-            raise ClaimsError(f"{path}: claim {c['id']}: measurement id(s) {dup} used twice")
-        for m in c.get("measure") or []:
-            if m.get("kind") not in KINDS:
-                raise ClaimsError(
-                    f"{path}: claim {c['id']}: measurement kind {m.get('kind')!r}; allowed: {KINDS}"
-                )
-        if c["verdict"].get("rule") not in RULES:
-            raise ClaimsError(f"{path}: claim {c['id']}: rule {c['verdict'].get('rule')!r}; allowed: {RULES}")
-    return claims
-
-
-def load_tuning(path: Path) -> dict[str, dict[str, Any]]:
-    """The spec's ``tuning`` section: ``{id: {from_tag, to_tag, key, values, seeds}}`` (empty if none)."""
-    tuning = _spec(path).get("tuning") or {}
-    if not isinstance(tuning, dict):
-        raise ClaimsError(f"{path}: `tuning` must be a mapping of selections")
-    for tid, t in tuning.items():
-        missing = [k for k in ("from_tag", "to_tag", "key", "values", "seeds") if not isinstance(t, dict) or k not in t]
-        if missing:
-            raise ClaimsError(f"{path}: tuning {tid!r} has no {', '.join(missing)}")
-    return tuning
-
-
 def evaluate(rec: Records, claims: list[dict[str, Any]], tuning: dict | None = None) -> list[dict[str, Any]]:
     """Each claim with its measurements, key test, raw and Holm-adjusted p and verdict.
 
@@ -905,8 +853,8 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     ``claims_frontier.png`` when a claim reads a frontier) into ``out_dir`` as one set (``atomic.write_set``:
     after a failure or a kill the folder holds the previous set or the new one, never a mix). A frontier
     figure of the previous set that this one does not draw is moved into ``stale/``, as aggregate's extras."""
-    claims = load_spec(spec)
-    tuning = load_tuning(spec)
+    checked = read_spec(spec)  # the whole spec checked before any record is read
+    claims, tuning = checked["claims"], checked.get("tuning") or {}
     rec = Records.read(results_dir)
     rec.check_one_model("the claims table")
     results = evaluate(rec, claims, tuning)  # everything computed before anything is written
@@ -942,6 +890,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = Path(args.get("spec") or CONF_DIR / "claims.yaml")
     if not spec.is_file():
         print(f"error: spec={spec} is not a file", file=sys.stderr)
+        return 2
+    try:  # a setting like any other: checked whole, one line, exit 2, before any work
+        read_spec(spec)
+    except ClaimsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
         print(f"error: {why}", file=sys.stderr)

@@ -799,8 +799,8 @@ LEADERBOARD_KEYS = ("tag", "offpolicy_tag")
 
 
 def check_table_settings(cfg: DictConfig) -> None:
-    """``aggregate.claims`` (null, or a spec file: a path, or one under conf/, as ``claims_cmds`` reads it)
-    and ``aggregate.leaderboard`` (null, or {tag, offpolicy_tag} with run tags, null or "" for none),
+    """``aggregate.claims`` (null, or a spec file: a path, or one under conf/, as ``claims_cmds`` reads it,
+    whose contents pass ``claims_spec.read_spec``) and ``aggregate.leaderboard`` (null, or {tag, offpolicy_tag} with run tags, null or "" for none),
     checked before the training stages rather than after them (SettingsError)."""
     spec = cfg.aggregate.get("claims")
     if spec is not None and spec != "":
@@ -811,6 +811,12 @@ def check_table_settings(cfg: DictConfig) -> None:
         path = Path(spec) if Path(spec).is_absolute() else CONF_DIR / spec
         if not path.is_file():
             raise SettingsError(f"aggregate.claims={spec!r}: no such file (looked at {path})")
+        from pspo_repro.analysis.claims_spec import ClaimsError, read_spec
+
+        try:  # its contents too: a typo in the spec is found now, not after the training stages
+            read_spec(path)
+        except ClaimsError as exc:
+            raise SettingsError(f"aggregate.claims={spec!r}: {exc}") from None
     board = cfg.aggregate.get("leaderboard")
     if board is None:
         return

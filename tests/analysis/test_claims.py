@@ -138,14 +138,62 @@ def test_unknown_rule_and_bad_spec(tmp_path):
         verdict({"rule": "bogus"}, {})
     bad = tmp_path / "c.yaml"
     bad.write_text(yaml.safe_dump({"claims": [{"id": "x", "claim": "c", "quote": "q", "section": "s", "test": "t",
-                                               "verdict": {"rule": "greater", "diff": "d"},
+                                               "test_short": "t", "verdict": {"rule": "greater", "diff": "d"},
                                                "measure": [{"id": "d", "kind": "nope"}]}]}))  # fmt: skip
     with pytest.raises(ClaimsError, match="kind 'nope'"):
         claims.load_spec(bad)
     out = tmp_path / "out"
-    assert claims.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={bad}"]) == 1
+    assert claims.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={bad}"]) == 2  # a setting: exit 2
     assert claims.main([f"results_dir={MINI}", f"out_dir={out}", "colour=red"]) == 2
     assert not out.exists()  # nothing written on bad input
+
+
+# A valid spec by hand (its lines are known: the measurements on 10-11); the bad-input cases edit the same one.
+CLAIMS_SPEC = """\
+claims:
+  - id: c1
+    claim: PSPO beats clip
+    quote: q
+    section: s
+    test: t
+    test_short: toy
+    key: diff
+    measure:
+      - {id: acc, kind: accuracy, a: {method: pspo}}
+      - {id: diff, kind: compare, a: {method: pspo}, b: {method: clip}}
+    verdict: {rule: greater, diff: diff}
+"""
+
+
+def test_spec_is_checked_whole_before_any_record_is_read(tmp_path, monkeypatch, capsys):
+    """A bad field is one line naming the file, line, claim and field, before the records are read (it used to
+    fail after them, often as a KeyError naming only the key); the spec is a setting, so exit 2."""
+    def no_records(*a, **k):
+        raise AssertionError("the records were read before the spec was checked")
+
+    monkeypatch.setattr(claims.Records, "read", no_records)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(CLAIMS_SPEC.replace("b: {method: clip}}", "b: {method: clip, temperature: hot}}"))
+    out = tmp_path / "out"
+    assert claims.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={spec}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {spec}:11: claim 'c1': measure 'diff': b.temperature must be a number >= 0, got 'hot'\n"
+    )
+    with pytest.raises(ClaimsError, match=":11: claim 'c1'"):
+        claims.write(MINI, out, spec)  # the writer checks first too (the mini runs it through main)
+    assert not out.exists()
+
+
+def test_the_shipped_and_toy_specs_pass_the_checks(tmp_path):
+    """The checks refuse nothing a real spec uses: conf/claims.yaml and the toy specs of the other tests."""
+    import toy_records
+
+    from pspo_repro.analysis.claims_spec import read_spec
+
+    assert len(read_spec(CONF_DIR / "claims.yaml")["claims"]) >= 14
+    assert read_spec(toy_records.spec(tmp_path / "t.yaml", frontier=True, tuning=True))["tuning"]
+    (tmp_path / "c.yaml").write_text(CLAIMS_SPEC)
+    assert claims.load_spec(tmp_path / "c.yaml")[0]["id"] == "c1"
 
 
 def test_spec_refuses_duplicate_ids_and_keeps_interpolations_as_text(tmp_path, monkeypatch):

@@ -53,6 +53,28 @@ def test_regime_counts_no_failed_run(tmp_path, capsys):
     assert "seed2: status failed; left out of every table" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["leaderboard", "claims"])
+def test_the_leaderboard_and_claims_name_a_failed_run_and_count_without_it(command, tmp_path, capsys):
+    """status: failed leaves the run out of their run statistics too, named on stderr, and the numbers that
+    read runs say over how many (claims' grad_clipped: 2 seeds, not 3)."""
+    import toy_records
+
+    from pspo_repro.analysis import claims, leaderboard
+
+    root, out = toy_records.build(tmp_path / "records"), tmp_path / "out"
+    path = root / "runs" / "tiny" / "clip" / "seed1" / "run.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "failed", "error": "boom"}))
+    args = [f"results_dir={root}", f"out_dir={out}"]
+    if command == "claims":
+        assert claims.main([*args, f"spec={toy_records.spec(tmp_path / 'spec.yaml')}"]) == 0
+        line = next(x for x in (out / "claims.md").read_text().splitlines() if "clip [] grad_clipped" in x)
+        assert "mean over 2 seeds" in line, line
+    else:
+        assert leaderboard.main(args) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {path.parent}: status failed (boom); left out of every table" in err
+
+
 def test_a_torn_last_line_of_an_unfinished_run_is_dropped_and_named(tmp_path, capsys):
     good = "".join(json.dumps({"step": s, **LINE}) + "\n" for s in range(2))
     _run(tmp_path, "pspo", 0, status="running", lines=good + '{"step": 2, "train/lo')

@@ -75,3 +75,17 @@ def test_a_root_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "r").write_text("x")
     with pytest.raises(mini.SettingsError, match=r"root=.*r is a file, not a folder"):
         mini.run_pipeline(_compose([f"root={tmp_path / 'r'}"]))
+
+
+def test_a_bad_claims_spec_is_refused_before_anything_runs(tmp_path):
+    """The spec's contents are checked with the settings (file, line, claim, field), not in the aggregate
+    stage after every run has trained."""
+    spec = tmp_path / "claims.yaml"
+    text = (PROJECT_ROOT / "conf" / "claims.yaml").read_text()
+    spec.write_text(text.replace("tolerance: 0.001", "tolerance: tiny", 1))
+    cfg = _compose([f"root={tmp_path / 'r'}", f"aggregate.claims={spec}"])
+    with pytest.raises(mini.SettingsError) as err:
+        mini.check_settings(cfg)  # what run_pipeline does first (run_pipeline itself would train on main)
+    why = str(err.value)
+    assert f"{spec}:" in why and "claim 'gradient_preservation': verdict.tolerance must be a number" in why
+    assert "\n" not in str(err.value) and not (tmp_path / "r").exists()
