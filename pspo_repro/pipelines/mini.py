@@ -368,7 +368,13 @@ def rl_jobs(cfg: DictConfig, root: Path, phase: str = "all") -> list[Job]:
     ``phase``: ``sweep`` (the groups without ``select``), ``select`` (those with it: one job per group and
     sweep point, at the value chosen from its tuning group's finished runs) or ``all``.
     """
-    tagged = [o for o in map(str, cfg.rl.overrides) if o.lstrip("+~").startswith(("method.", "trainer."))]
+    def tags_runs(o: str) -> bool:  # infrastructure keys (run_dir.INFRA_TRAINER_KEYS) add no tag: allowed
+        key = o.lstrip("+~").split("=", 1)[0]
+        return key.startswith("method.") or (
+            key.startswith("trainer.") and key.split(".", 1)[1] not in INFRA_TRAINER_KEYS
+        )
+
+    tagged = [o for o in map(str, cfg.rl.overrides) if tags_runs(o)]
     if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
         raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
     jobs = []

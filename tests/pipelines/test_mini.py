@@ -125,6 +125,16 @@ def test_tagging_overrides_are_refused(tmp_path):
     cfg = _compose([f"root={tmp_path}", "rl.overrides=['trainer.learning_rate=1e-3']"])
     with pytest.raises(mini.StageError, match="experiment"):
         mini.rl_jobs(cfg, tmp_path)
+    for bad in ("method.eps_low=0.3", "+trainer.learning_rate=1e-3"):
+        with pytest.raises(mini.StageError, match="experiment"):
+            mini.rl_jobs(_compose([f"root={tmp_path}", f"rl.overrides=['{bad}']"]), tmp_path)
+
+
+def test_infrastructure_overrides_reach_every_run(tmp_path):
+    # e.g. the log-prob head the committed mini was computed with (docs/mini.md): no tag, so the same folders
+    cfg = _compose([f"root={tmp_path}", "rl.overrides=['trainer.logprob_head=fused']"])
+    jobs = mini.rl_jobs(cfg, tmp_path)
+    assert jobs and all("trainer.logprob_head=fused" in j.cmd for j in jobs)
 
 
 @pytest.mark.slow
