@@ -98,7 +98,7 @@ def _cli(args, results_root, **env):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["method=nope"], "error: unknown method 'nope'; options: archer, aspo, bapo, ce_gppo, cispo, clip,"),
+        (["method=nope"], "error: unknown method 'nope'; options: archer, aspo, bapo, bypass_seq_max_rs, bypass_seq_mean_rs, bypass_token_rs, ce_gppo, cispo, clip,"),
         (["model=gpt9"], "error: unknown model 'gpt9'; options: mini_sft, qwen2_math_1p5b, qwen2p5_0p5b"),
         (["reward=nope"], "error: unknown reward 'nope'; options: "),
         (["data=nope"], "error: unknown data 'nope'; options: gsm8k, math"),
