@@ -159,14 +159,18 @@ class MethodGRPOTrainer(GRPOTrainer):
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
-    # ------------------------------------------------------------------ rollout (top-K DPPO only)
+    # ------------------------------------------------------------------ completion logits; rollout (top-K DPPO only)
+
+    def _completion_logits(self, model, input_ids, attention_mask, logits_to_keep: int) -> torch.Tensor:
+        """[B, T, V] fp32 logits of the completion tokens at the sampling temperature, the projection in the
+        autocast dtype (as TRL's fused head): the model is asked for the last ``T + 1`` positions only."""
+        with self.accelerator.autocast():
+            out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1)
+        return out.logits[:, :-1, :].float() / self.temperature
 
     def _full_logps(self, model, input_ids, attention_mask, logits_to_keep: int) -> torch.Tensor:
         """[B, T, V] log-softmax of the completion logits at the sampling temperature (as TRL's fused head)."""
-        with self.accelerator.autocast():
-            out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1)
-        logits = out.logits[:, :-1, :].float() / self.temperature
-        return logits.log_softmax(-1)
+        return self._completion_logits(model, input_ids, attention_mask, logits_to_keep).log_softmax(-1)
 
     @torch.no_grad()
     def _rollout_topk(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -313,10 +317,7 @@ class MethodGRPOTrainer(GRPOTrainer):
         all_logps, all_entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, am = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            with self.accelerator.autocast():
-                out = model(input_ids=ids, attention_mask=am, logits_to_keep=logits_to_keep + 1)
-            # As TRL's head: the projection in the autocast dtype, the softmax in fp32 at the sampling temperature.
-            logits = out.logits[:, :-1, :].float() / self.temperature
+            logits = self._completion_logits(model, ids, am, logits_to_keep)
             padded = am[:, -logits_to_keep:] == 0  # TRL's head returns 0 where the label is padding
             all_logps.append(selective_log_softmax(logits, ids[:, -logits_to_keep:]).masked_fill(padded, 0.0))
             if compute_entropy:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from types import SimpleNamespace
+from types import MethodType, SimpleNamespace
 
 import pytest
 import torch
@@ -45,8 +45,9 @@ def _batch():
 def _host(bf16: bool, head: str):
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     accelerator = SimpleNamespace(autocast=autocast, is_main_process=True)
-    return SimpleNamespace(accelerator=accelerator, temperature=TEMPERATURE,
-                           logprob_head=head)
+    host = SimpleNamespace(accelerator=accelerator, temperature=TEMPERATURE, logprob_head=head)
+    host._completion_logits = MethodType(MethodGRPOTrainer._completion_logits, host)
+    return host
 
 
 def _run(model, head: str, bf16: bool, keep: int, batch_size: int | None):
