@@ -88,15 +88,18 @@ def reward_tag(cfg: DictConfig) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "", tag)
 
 
+def tagging_key(override: str) -> str | None:
+    """The key of an override that names a run's folder (a method/trainer key other than the infrastructure
+    ones), or None."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    group, _, leaf = key.partition(".")
+    return key if group in ("method", "trainer") and leaf and leaf not in INFRA_TRAINER_KEYS else None
+
+
 def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
     """The folder tag: ``run_tag``, ``reward_tag`` and ``{key}{value}`` for each overridden method/trainer
     key, sorted."""
-    keys = set()
-    for ov in overrides:
-        key = ov.split("=", 1)[0].lstrip("+~")
-        group, _, leaf = key.partition(".")
-        if group in ("method", "trainer") and leaf and leaf not in INFRA_TRAINER_KEYS:
-            keys.add(key)
+    keys = {k for k in map(tagging_key, overrides) if k}
     parts = [f"{k.split('.', 1)[1]}{_fmt(OmegaConf.select(cfg, k))}" for k in sorted(keys)]
     tag = "_".join(parts)
     tag = re.sub(r"[^A-Za-z0-9_.+-]", "", tag)

@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.analysis.tuning import Selection, TuningError, select
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
-from pspo_repro.common.run_dir import INFRA_TRAINER_KEYS
+from pspo_repro.common.run_dir import tagging_key
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.methods.registry import list_methods
 from pspo_repro.pipelines import mini_committed
@@ -285,10 +285,7 @@ def _point_tag(group: DictConfig, point: dict[str, str]) -> str:
     """A sweep point's folder tag (as run_dir.tag_from_overrides builds it): the group's ``tag`` (passed as
     ``run_tag``), ``as_run`` for ``variant=as_run``, then ``{key}{value}`` of its method/trainer keys other
     than the infrastructure ones, which name no folder."""
-    tag_keys = sorted(
-        k for k in point
-        if k.startswith(("method.", "trainer.")) and k.split(".", 1)[1] not in INFRA_TRAINER_KEYS
-    )  # fmt: skip
+    tag_keys = sorted(k for k in point if tagging_key(k))
     swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
     # variant=as_run appends ``as_run`` to run_tag before the swept keys (training.grpo.apply_per_method)
     as_run = "as_run" if point.get("variant") == "as_run" else ""
@@ -368,13 +365,8 @@ def rl_jobs(cfg: DictConfig, root: Path, phase: str = "all") -> list[Job]:
     ``phase``: ``sweep`` (the groups without ``select``), ``select`` (those with it: one job per group and
     sweep point, at the value chosen from its tuning group's finished runs) or ``all``.
     """
-    def tags_runs(o: str) -> bool:  # infrastructure keys (run_dir.INFRA_TRAINER_KEYS) add no tag: allowed
-        key = o.lstrip("+~").split("=", 1)[0]
-        return key.startswith("method.") or (
-            key.startswith("trainer.") and key.split(".", 1)[1] not in INFRA_TRAINER_KEYS
-        )
-
-    tagged = [o for o in map(str, cfg.rl.overrides) if tags_runs(o)]
+    # infrastructure keys (run_dir.INFRA_TRAINER_KEYS) name no folder: allowed
+    tagged = [o for o in map(str, cfg.rl.overrides) if tagging_key(o)]
     if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
         raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
     jobs = []
