@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: env test test-fast lint mini study leaderboard bench env-vllm test-vllm env-authors test-authors
+.PHONY: env test test-fast lint mini study leaderboard scale bench env-vllm test-vllm env-authors test-authors
 
 env:
 	@bash scripts/setup_env.sh
@@ -53,6 +53,12 @@ study: env
 # method x 3 seeds in the learning and the stale-mini-batch regime, one token budget. Extra: LEADERBOARD_ARGS='...'.
 leaderboard: env
 	$(PY) -m pspo_repro.mini --config-name leaderboard $(LEADERBOARD_ARGS)
+
+# The model-size ladder (conf/scale.yaml; results/scale/scale.md: the headline claims at three model sizes and
+# claim 13 by its rule; docs/scale.md): one mini pipeline per rung, then the ladder's table. Extra: SCALE_ARGS='...'
+# (e.g. SCALE_ARGS='only=[]' rebuilds the table from the rungs' records without running any rung).
+scale: env
+	$(PY) -m pspo_repro.scale $(SCALE_ARGS)
 
 # The three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation).
 bench: env

@@ -64,7 +64,20 @@ def init_model(arch: dict[str, Any] | None, seed: int):
         return AutoModelForCausalLM.from_pretrained(
             base, dtype=torch.float32, use_safetensors=True
         ), tokenizer
-    base_cfg = AutoModelForCausalLM.from_pretrained(base, use_safetensors=True).config
+    model_cfg = arch_config(arch)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(model_cfg)
+    model.generation_config = GenerationConfig.from_pretrained(base)
+    return model, tokenizer
+
+
+def arch_config(arch: dict[str, Any]):
+    """The tiny model's Qwen2 config with ``arch``'s fields replaced (ValueError naming a field it lacks)."""
+    from transformers import AutoConfig
+
+    from pspo_repro.training.tiny_model import tiny_model_path
+
+    base_cfg = AutoConfig.from_pretrained(tiny_model_path())
     for key in arch:
         if not hasattr(base_cfg, key):
             raise ValueError(f"model.arch: {key!r} is not a Qwen2Config field")
@@ -73,11 +86,21 @@ def init_model(arch: dict[str, Any] | None, seed: int):
     fields = {k: v for k, v in base_cfg.to_dict().items() if k not in ("layer_types", "max_window_layers")}
     model_cfg = type(base_cfg)(**{**fields, **arch})
     if model_cfg.head_dim * model_cfg.num_attention_heads != model_cfg.hidden_size:
-        raise ValueError("model.arch: hidden_size must equal num_attention_heads * head_dim (64)")
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(model_cfg)
-    model.generation_config = GenerationConfig.from_pretrained(base)
-    return model, tokenizer
+        raise ValueError(
+            f"model.arch: hidden_size {model_cfg.hidden_size} must equal num_attention_heads "
+            f"{model_cfg.num_attention_heads} x head_dim {model_cfg.head_dim}"
+        )
+    return model_cfg
+
+
+def num_parameters(arch: dict[str, Any]) -> int:
+    """Parameters of the SFT model ``arch`` builds (tied embedding counted once), without allocating it."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(arch_config(arch))
+    return sum(p.numel() for p in model.parameters())
 
 
 def premature_answer(solution: str) -> str:

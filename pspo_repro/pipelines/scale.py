@@ -1,0 +1,178 @@
+"""The model-size ladder end to end (``make scale``, conf/scale.yaml, docs/scale.md).
+
+One rung is the mini's pipeline (``pspo_repro.pipelines.mini``, conf/scale_rung.yaml) in its own folder with
+the SFT model's size set by the rung's ``arch``; the general/specialised pair adds a second base of one rung's
+size whose SFT mix differs. Each rung runs as a subprocess (``python -m pspo_repro.mini``), so it resumes and
+compares itself with its committed copy exactly as ``make mini`` does; then ``analysis.scale`` writes the
+ladder's tables, figure and claim-13 verdict from every rung's records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from pspo_repro.common.atomic import write_json
+from pspo_repro.common.paths import CONF_DIR, results_dir
+from pspo_repro.common.safe_paths import UnsafePathError, check_name
+
+ARCH_KEYS_IN_SFT = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+
+
+class ScaleError(RuntimeError):
+    """A bad ladder setting (exit 2, nothing ran) or a failed rung (exit 1)."""
+
+
+@dataclass
+class Base:
+    """One SFT base of the ladder: its folder name, model arch and extra SFT overrides."""
+
+    name: str
+    arch: dict[str, Any]
+    sft: dict[str, Any] = field(default_factory=dict)
+    general_of: str | None = None  # the rung whose size this "general" base shares
+
+
+def scale_root(cfg: DictConfig) -> Path:
+    """``root`` or ``<results>/scale``."""
+    return Path(str(cfg.root)).resolve() if cfg.get("root") else results_dir() / "scale"
+
+
+def bases(cfg: DictConfig) -> list[Base]:
+    """The rungs in order, then the general base of the specialisation pair; settings checked (ScaleError)."""
+    rungs = cfg.get("rungs")
+    if not OmegaConf.is_list(rungs) or len(rungs) < 2:
+        raise ScaleError(f"rungs must be a list of at least 2 {{name, arch}} entries, got {rungs!r}")
+    out: list[Base] = []
+    for r in rungs:
+        arch = r.get("arch")
+        if arch is None or not OmegaConf.is_dict(arch):
+            raise ScaleError(f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}")
+        out.append(Base(str(r.get("name")), OmegaConf.to_container(arch)))
+    spec = cfg.get("specialisation")
+    if spec:
+        by_name = {b.name: b for b in out}
+        if str(spec.get("rung")) not in by_name:
+            raise ScaleError(f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}")
+        sft = OmegaConf.to_container(spec.get("sft") or {})
+        allowed = {"data.n_train", "data.heldout_n_train", "data.habit_frac"}
+        if not sft or set(sft) - allowed:
+            raise ScaleError(f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}")
+        out.append(Base(str(spec.get("name")), by_name[str(spec.rung)].arch, sft, str(spec.rung)))
+    names = [b.name for b in out]
+    for name in names:
+        try:
+            check_name("rung name", name)
+        except UnsafePathError as exc:
+            raise ScaleError(str(exc)) from None
+    if len(set(names)) != len(names):
+        raise ScaleError(f"rung names must be distinct, got {names}")
+    only = cfg.get("only")
+    if only is not None and (not OmegaConf.is_list(only) or set(map(str, only)) - set(names)):
+        raise ScaleError(f"only={only!r}: a list of base names among {', '.join(names)}")
+    return out
+
+
+def sft_overrides(base: Base) -> list[str]:
+    """The rung's ``sft.overrides``: its arch (``++``: added or replaced in conf/sft.yaml's model.arch) and mix."""
+    out = [f"++model.arch.{k}={v}" for k, v in base.arch.items()]
+    return out + [f"{k}={v}" for k, v in base.sft.items()]
+
+
+def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
+    """``python -m pspo_repro.mini --config-name <rung_config>`` for one base, in ``<root>/<name>``."""
+    quoted = ",".join(f"'{o}'" for o in sft_overrides(base))
+    return [
+        sys.executable, "-m", "pspo_repro.mini", "--config-name", str(cfg.rung_config),
+        f"root={root / base.name}", f"reuse_committed={str(bool(cfg.reuse_committed)).lower()}",
+        f"sft.overrides=[{quoted}]", *map(str, cfg.get("rung_args") or []),
+    ]  # fmt: skip
+
+
+def run_ladder(cfg: DictConfig) -> dict[str, Any]:
+    """Every rung's pipeline in order (each resumes itself), then the ladder's table; returns the timings."""
+    from pspo_repro.analysis import scale as scale_table
+
+    if not isinstance(cfg.get("reuse_committed"), bool):
+        raise ScaleError(f"reuse_committed must be true or false, got {cfg.get('reuse_committed')!r}")
+    if not (CONF_DIR / f"{cfg.rung_config}.yaml").is_file():
+        raise ScaleError(f"rung_config={cfg.rung_config!r}: no conf/{cfg.rung_config}.yaml")
+    ladder = bases(cfg)
+    root = scale_root(cfg)
+    only = set(map(str, cfg.only)) if cfg.get("only") is not None else None
+    timings_path = root / "timings.json"
+    try:
+        previous = json.loads(timings_path.read_text()).get("rungs", {})
+    except (OSError, ValueError, AttributeError):
+        previous = {}
+    timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
+    t_all = time.time()
+    for i, base in enumerate(ladder):
+        if only is not None and base.name not in only:
+            continue
+        print(f"[scale] rung {i + 1}/{len(ladder)}: {base.name} (arch {base.arch or 'the mini SFT model'}"
+              f"{', SFT mix ' + str(base.sft) if base.sft else ''})", flush=True)  # fmt: skip
+        t0 = time.time()
+        proc = subprocess.run(rung_cmd(cfg, root, base), env=os.environ.copy())
+        if proc.returncode != 0:
+            raise ScaleError(f"rung {base.name} failed (exit {proc.returncode}); its logs: "
+                             f"{root / base.name / 'work' / 'logs'}; rerun to resume")  # fmt: skip
+        timings["rungs"][base.name] = {"seconds": round(time.time() - t0, 1)}
+        write_json(timings_path, timings)
+    t0 = time.time()
+    scale_table.write(root, root, ladder_spec(ladder))
+    timings["table_seconds"] = round(time.time() - t0, 1)
+    timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
+    write_json(timings_path, timings)
+    return timings
+
+
+def ladder_spec(ladder: list[Base]) -> list[dict[str, Any]]:
+    """The bases as ``analysis.scale`` reads them: name, arch, and the rung a general base belongs to."""
+    return [{"name": b.name, "arch": b.arch, "general_of": b.general_of, "sft": b.sft} for b in ladder]
+
+
+def agreement_lines(root: Path, ladder: list[Base]) -> list[str]:
+    """Each rung's comparison with its committed copy, as the mini printed it (its timings.json)."""
+    from pspo_repro.pipelines import mini_committed
+
+    lines = []
+    for b in ladder:
+        try:
+            vs = json.loads((root / b.name / "timings.json").read_text()).get("vs_committed")
+        except (OSError, ValueError):
+            vs = None
+        if isinstance(vs, dict):
+            lines.append(f"  {b.name}: {mini_committed.describe_agreement(vs['agreement'])}")
+    return lines
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="scale", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    """Hydra entry point: ``python -m pspo_repro.scale [key=value ...]``."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        timings = run_ladder(cfg)
+    except ScaleError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1 if "failed" in str(exc) else 2)
+    root = scale_root(cfg)
+    print("\n== model-size ladder: done ==", f"results: {root}", sep="\n")
+    for name, rec in timings["rungs"].items():
+        print(f"  {name:<18} {rec['seconds']:>7.1f} s")
+    print(f"  this invocation {timings['this_invocation_seconds']:.1f} s")
+    print("\n".join(agreement_lines(root, bases(cfg))))
+    table = root / "scale.md"
+    if table.is_file():
+        print("\n" + table.read_text(), flush=True)
