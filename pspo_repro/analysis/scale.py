@@ -131,7 +131,8 @@ def slope(points: list[tuple[float, float]]) -> dict[str, float]:
         raise ValueError(f"a slope needs >= 3 points at >= 2 sizes, got {len(points)}")
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     fit = stats.linregress(xs, ys)
-    half = stats.t.ppf(0.975, len(points) - 2) * fit.stderr
+    # a perfect fit (e.g. every difference 0) has no residual: scipy gives a NaN error, the interval is the point
+    half = stats.t.ppf(0.975, len(points) - 2) * fit.stderr if math.isfinite(fit.stderr) else 0.0
     p = float(fit.pvalue) if not math.isnan(fit.pvalue) else (0.0 if fit.slope else 1.0)
     return {"value": float(fit.slope), "low": float(fit.slope - half), "high": float(fit.slope + half), "p": p,
             "n": len(points)}  # fmt: skip

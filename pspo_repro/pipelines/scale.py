@@ -58,6 +58,7 @@ def bases(cfg: DictConfig) -> list[Base]:
         if arch is None or not OmegaConf.is_dict(arch):
             raise ScaleError(f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}")
         out.append(Base(str(r.get("name")), OmegaConf.to_container(arch)))
+    _check_names([b.name for b in out])
     spec = cfg.get("specialisation")
     if spec:
         by_name = {b.name: b for b in out}
@@ -68,7 +69,16 @@ def bases(cfg: DictConfig) -> list[Base]:
         if not sft or set(sft) - allowed:
             raise ScaleError(f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}")
         out.append(Base(str(spec.get("name")), by_name[str(spec.rung)].arch, sft, str(spec.rung)))
+        _check_names([b.name for b in out])
     names = [b.name for b in out]
+    only = cfg.get("only")
+    if only is not None and (not OmegaConf.is_list(only) or set(map(str, only)) - set(names)):
+        raise ScaleError(f"only={only!r}: a list of base names among {', '.join(names)}")
+    return out
+
+
+def _check_names(names: list[str]) -> None:
+    """Each name a safe folder name (it names a folder under the ladder's root), all distinct."""
     for name in names:
         try:
             check_name("rung name", name)
@@ -76,10 +86,6 @@ def bases(cfg: DictConfig) -> list[Base]:
             raise ScaleError(str(exc)) from None
     if len(set(names)) != len(names):
         raise ScaleError(f"rung names must be distinct, got {names}")
-    only = cfg.get("only")
-    if only is not None and (not OmegaConf.is_list(only) or set(map(str, only)) - set(names)):
-        raise ScaleError(f"only={only!r}: a list of base names among {', '.join(names)}")
-    return out
 
 
 def sft_overrides(base: Base) -> list[str]:

@@ -1,0 +1,100 @@
+"""The ladder's driver (pspo_repro.pipelines.scale): its config, the rungs it builds and the commands it runs,
+bad settings refused before anything runs, and a failed rung named with its logs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pspo_repro.analysis.scale import full_arch
+from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.pipelines import mini, scale
+from pspo_repro.training.sft import num_parameters
+
+
+def _compose(overrides=()):
+    return compose_config(PROJECT_ROOT / "conf", "scale", list(overrides))
+
+
+def test_ladder_spans_ten_times_in_parameters():
+    ladder = scale.bases(_compose())
+    sizes = [num_parameters(full_arch(b.arch)) for b in ladder if not b.general_of]
+    assert len(sizes) >= 3 and sizes == sorted(sizes) and sizes[-1] / sizes[0] >= 10
+    # the middle rung is the mini's own SFT model: the arch conf/sft.yaml gives it
+    assert num_parameters(full_arch({})) == sizes[1]
+    general = [b for b in ladder if b.general_of]
+    assert len(general) == 1 and general[0].general_of == "h128_l2"
+    assert general[0].sft == {"data.n_train": 500, "data.heldout_n_train": 2000}
+
+
+def test_rung_command(tmp_path):
+    cfg = _compose(["rung_args=['parallel=1']"])
+    general = scale.bases(cfg)[-1]
+    cmd = scale.rung_cmd(cfg, tmp_path, general)
+    assert cmd[1:5] == ["-m", "pspo_repro.mini", "--config-name", "scale_rung"]
+    assert f"root={tmp_path / 'h128_l2_general'}" in cmd and "reuse_committed=false" in cmd
+    sft = next(c for c in cmd if c.startswith("sft.overrides="))
+    for part in ("'++model.arch.hidden_size=128'", "'data.n_train=500'", "'data.heldout_n_train=2000'"):
+        assert part in sft
+    assert cmd[-1] == "parallel=1"
+
+
+def test_rung_config_runs_the_headline_grid():
+    cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
+    runs = mini.rl_runs(cfg, unresolved=True)
+    tune = [r for r in runs if r[1].startswith("tune-")]
+    assert len(tune) == 12 and {s for *_, s in tune} == {100}  # 4 arms x 3 lrs x 1 selection seed
+    assert sorted((m, s) for m, t, s in runs if t == "offpolicy") == [(m, s) for m in ("clip", "pspo") for s in (0, 1, 2)]
+    assert len(runs) == 12 + 6  # the tuned arms come once their sweep has chosen: 4 x seeds 0-2
+    tuned = [g for g in cfg.rl.groups if g.get("select")]
+    assert sum(len(mini._points(g)) * len(mini.group_seeds(cfg, g)) for g in tuned) == 4 * 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("rungs=[]", "rungs must be a list of at least 2"),
+        ("rungs=[{name: a, arch: {}}, {name: a, arch: {}}]", "rung names must be distinct"),
+        ("rungs=[{name: '../x', arch: {}}, {name: b, arch: {}}]", "rung name='../x' cannot name a results folder"),
+        ("rungs=[{name: a}, {name: b, arch: {}}]", "rung 'a': arch must be a mapping"),
+        ("specialisation.rung=nope", "specialisation.rung='nope': not a rung"),
+        ("only=[h64_l2,nope]", "only="),
+    ],
+)
+def test_bad_settings(override, message):
+    with pytest.raises(scale.ScaleError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        scale.bases(_compose([override]))
+
+
+def test_specialisation_changes_the_mix_only():
+    from omegaconf import open_dict
+
+    cfg = _compose()
+    with open_dict(cfg):
+        cfg.specialisation.sft = {"model.arch.hidden_size": 8}
+    with pytest.raises(scale.ScaleError, match="give the SFT mix, keys among data.habit_frac"):
+        scale.bases(cfg)
+
+
+def test_bad_setting_exits_2_and_writes_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pspo_repro.scale", f"root={tmp_path / 's'}", "rungs=[]"],
+                          capture_output=True, text=True, cwd=PROJECT_ROOT)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "rungs must be" in proc.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_failed_rung_is_named_with_its_logs(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(cmd, env=None):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(scale.subprocess, "run", fake_run)
+    with pytest.raises(scale.ScaleError, match=r"rung h64_l2 failed \(exit 1\); its logs: .*h64_l2/work/logs"):
+        scale.run_ladder(_compose([f"root={tmp_path}"]))
+    assert len(calls) == 1  # the ladder stops at the first failed rung
