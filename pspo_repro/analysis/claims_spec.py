@@ -164,8 +164,9 @@ class _Checker:
     # ------------------------------------------------------------ the parts
 
     def spec(self, spec: Any) -> None:
-        self.mapping(spec, (), "the spec (a `claims` list and an optional `tuning` section)")
-        self.keys(spec, ("claims", "tuning"), (), "the spec")
+        self.mapping(spec, (), "the spec (a `claims` list, an optional `tuning` section and `model` line)")
+        self.keys(spec, ("claims", "tuning", "model"), (), "the spec")
+        self.text(spec, "model", (), required=False)
         self.tuning_section(spec.get("tuning"))
         claims = spec.get("claims")
         if not isinstance(claims, list) or not claims:
