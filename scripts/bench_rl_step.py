@@ -56,6 +56,20 @@ def arch_overrides(hidden: int, layers: int) -> list[str]:
     ]
 
 
+def ladder_rungs() -> list[tuple[str, list[str]]]:
+    """The rungs of conf/scale.yaml (``--rungs scale``): each size rung's full arch as model overrides."""
+    from omegaconf import OmegaConf
+
+    from pspo_repro.analysis.scale import full_arch
+    from pspo_repro.common.paths import CONF_DIR
+
+    out = []
+    for r in OmegaConf.load(CONF_DIR / "scale.yaml").rungs:
+        arch = full_arch(OmegaConf.to_container(r.arch))
+        out.append((str(r.name), ["model.random_init=true", *(f"++model.arch.{k}={v}" for k, v in arch.items())]))
+    return out
+
+
 def build(overrides: list[str], out: Path):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -156,7 +170,8 @@ def main() -> None:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rungs", default="128x2,256x4,320x6", help="hidden x layers, comma separated")
+    p.add_argument("--rungs", default="128x2,256x4,320x6",
+                   help="hidden x layers, comma separated; or `scale`: the model-size ladder's rungs (conf/scale.yaml)")
     p.add_argument("--steps", type=int, default=4, help="timed optimizer steps per variant (even: 2 passes)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--variants", default="before,after,after+bf16")
@@ -164,14 +179,17 @@ def main() -> None:
     torch.set_num_threads(1)  # the pipeline's setting: one thread per process, two processes
     names = a.variants.split(",")
     print(f"cpu: {cpu_model()}; torch {torch.__version__}; 1 thread; steps {a.steps} after {a.warmup} warm-up")
-    for rung in a.rungs.split(","):
-        hidden, layers = map(int, rung.split("x"))
+    if a.rungs == "scale":
+        rungs = ladder_rungs()
+    else:
+        rungs = [(r, arch_overrides(*map(int, r.split("x")))) for r in a.rungs.split(",")]
+    for rung, arch in rungs:
         with tempfile.TemporaryDirectory() as tmp:
             runners = {}
             for name in names:
                 torch.manual_seed(0)  # the same initial weights for every variant
                 tr, n_params = build(
-                    [*MINI_TRAINER, *arch_overrides(hidden, layers), *VARIANTS[name]], Path(tmp) / name / "x" / "run"
+                    [*MINI_TRAINER, *arch, *VARIANTS[name]], Path(tmp) / name / "x" / "run"
                 )
                 runners[name] = step_runner(tr, a.warmup)
             for i in range(a.steps + a.warmup):  # interleaved, so load drift on the machine hits all alike
@@ -184,7 +202,7 @@ def main() -> None:
                 base = base or tps
                 parts = ", ".join(f"{k} {v / a.steps:.2f}" for k, v in sorted(clock.items()) if k != "total")
                 print(
-                    f"{hidden}x{layers} ({n_params / 1e6:.2f}M params) {name:>10}: {clock['total'] / a.steps:6.2f} s/step,"
+                    f"{rung} ({n_params / 1e6:.2f}M params) {name:>10}: {clock['total'] / a.steps:6.2f} s/step,"
                     f" {tps:7.0f} tokens/s, x{tps / base:.2f} ({parts})",
                     flush=True,
                 )
