@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pspo_repro.analysis import claims as C
+from pspo_repro.analysis.stats import Interval
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
@@ -243,11 +244,11 @@ def _pp(x: float) -> str:
 
 
 def _iv(m: C.Measured | dict[str, float] | None, signed: bool = False) -> str:
+    """``mean [low, high]``; an accuracy's interval is cut at [0, 100] % and marked as the claims table does."""
     if m is None:
         return "-"
     v, lo, hi = (m["value"], m["low"], m["high"]) if isinstance(m, dict) else (m.value, m.low, m.high)
-    f = C._pp if signed else C._pct
-    return f"{f(v)} [{f(lo)}, {f(hi)}]" if not math.isnan(lo) else f"{f(v)}"
+    return C._interval_text(Interval(v, lo, hi, 0, "t"), signed)
 
 
 def method_table(r: Rung) -> list[tuple[str, str, Any, Any, Any]]:
@@ -360,7 +361,8 @@ def figure(rungs: list[Rung]) -> bytes:
                     m = C.m_accuracy(r.rec, {"id": "x", "a": {**g, "dataset": ds}})
                     base = r.base["true"] if ds == "synthetic" else r.base["held"]
                     shift = 0.0 if ds == "synthetic" else base
-                    xs.append(r.params)
+                    k = [x for x, _ in METHOD_ROWS].index(label)
+                    xs.append(r.params * 1.04 ** (k - 1.5))  # side by side: identical methods stay visible
                     ys.append(100 * (m.value - shift))
                     lo.append(100 * (m.value - m.low) if not math.isnan(m.low) else 0.0)
                     hi.append(100 * (m.high - m.value) if not math.isnan(m.high) else 0.0)
@@ -374,7 +376,9 @@ def figure(rungs: list[Rung]) -> bytes:
     axes[1].set_ylabel("held-out skill: RL model - its base (points)")
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_xlabel("parameters (open markers: the general base)")
+        ax.set_xticks([r.params for r in sizes], [f"{r.params / 1e6:.2g}M" for r in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("parameters (open markers: general base)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()

@@ -132,14 +132,28 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
         if proc.returncode != 0:
             raise ScaleError(f"rung {base.name} failed (exit {proc.returncode}); its logs: "
                              f"{root / base.name / 'work' / 'logs'}; rerun to resume")  # fmt: skip
-        timings["rungs"][base.name] = {"seconds": round(time.time() - t0, 1)}
+        timings["rungs"][base.name] = {"this_invocation_seconds": round(time.time() - t0, 1)}
         write_json(timings_path, timings)
+    for base in ladder:  # each rung's stages, whichever invocation ran them (a resumed rung's own record)
+        timings["rungs"].setdefault(base.name, {}).update(rung_time(root / base.name))
+    timings["total_seconds"] = round(sum(r.get("seconds") or 0.0 for r in timings["rungs"].values()), 1)
+    timings["total_cpu_seconds"] = round(sum(r.get("cpu_seconds") or 0.0 for r in timings["rungs"].values()), 1)
     t0 = time.time()
     scale_table.write(root, root, ladder_spec(ladder))
     timings["table_seconds"] = round(time.time() - t0, 1)
     timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
     write_json(timings_path, timings)
     return timings
+
+
+def rung_time(folder: Path) -> dict[str, float | None]:
+    """A rung's wall and CPU seconds summed over its stages (its timings.json; None where it has none)."""
+    try:
+        stages = json.loads((folder / "timings.json").read_text())["stages"]
+        return {"seconds": round(sum(float(v["seconds"]) for v in stages.values()), 1),
+                "cpu_seconds": round(sum(float(v.get("cpu_seconds") or 0.0) for v in stages.values()), 1)}  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {"seconds": None, "cpu_seconds": None}
 
 
 def ladder_spec(ladder: list[Base]) -> list[dict[str, Any]]:
@@ -176,8 +190,11 @@ def main(cfg: DictConfig) -> None:
     root = scale_root(cfg)
     print("\n== model-size ladder: done ==", f"results: {root}", sep="\n")
     for name, rec in timings["rungs"].items():
-        print(f"  {name:<18} {rec['seconds']:>7.1f} s")
-    print(f"  this invocation {timings['this_invocation_seconds']:.1f} s")
+        wall, cpu = rec.get("seconds"), rec.get("cpu_seconds")
+        print(f"  {name:<18} {wall if wall is not None else float('nan'):>7.1f} s wall, "
+              f"{cpu if cpu is not None else float('nan'):>7.1f} s CPU (its stages, whenever they ran)")  # fmt: skip
+    print(f"  total {timings['total_seconds']:.1f} s wall, {timings['total_cpu_seconds']:.1f} s CPU; "
+          f"this invocation {timings['this_invocation_seconds']:.1f} s")
     print("\n".join(agreement_lines(root, bases(cfg))))
     table = root / "scale.md"
     if table.is_file():

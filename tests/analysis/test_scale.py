@@ -142,3 +142,16 @@ def test_ladder_holm_counts_every_key_test():
     assert rungs[0].results[1]["p_ladder"] is None and "p_holm" not in c13["b"]
     assert c13["a"]["p_holm"] == pytest.approx(0.004)
     assert not math.isnan(rungs[1].results[1]["p_ladder"])
+
+
+def test_committed_ladder_regenerates(tmp_path):
+    """results/scale/scale.md and scale.csv are what analysis.scale computes from the committed rungs' records."""
+    from pspo_repro.common.cli import compose_config
+    from pspo_repro.common.paths import PROJECT_ROOT
+    from pspo_repro.pipelines import scale as pipeline
+
+    root = PROJECT_ROOT / "results" / "scale"
+    spec = pipeline.ladder_spec(pipeline.bases(compose_config(PROJECT_ROOT / "conf", "scale", [])))
+    scale.write(root, tmp_path, spec)
+    for name in ("scale.md", "scale.csv"):
+        assert (tmp_path / name).read_text() == (root / name).read_text(), name
