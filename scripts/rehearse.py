@@ -28,6 +28,7 @@ are deleted once evaluated: ~6 GB each). ``--dry-run`` does the same on the tiny
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -157,22 +158,28 @@ def run_stage(name: str, cmd: list[str], env: dict[str, str], log: Path, timeout
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                break
-            now = time.time()
-            if not killed and kill_when is not None and kill_when():
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    break
+                now = time.time()
+                if not killed and kill_when is not None and kill_when():
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    killed = True
+                elif not timed_out and now - t0 > timeout:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    timed_out = True
+                if now - beat >= 60:  # progress on long work
+                    print(f"[rehearse] {name}: running, {now - t0:.0f} s", flush=True)
+                    beat = now
+                time.sleep(0.1)
+        except BaseException:  # Ctrl-C / SIGTERM: the child is in its own session and would train on
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-            elif not timed_out and now - t0 > timeout:
-                os.killpg(proc.pid, signal.SIGKILL)
-                timed_out = True
-            if now - beat >= 60:  # progress on long work
-                print(f"[rehearse] {name}: running, {now - t0:.0f} s", flush=True)
-                beat = now
-            time.sleep(0.1)
+            proc.wait()
+            raise
     rc = proc.returncode
     ok = killed or (rc == 0 and not timed_out)
     out = {
@@ -509,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_wrap":
         return wrap_main(argv[1:])
-    return Rehearsal(parse_args(argv)).run()
+    args = parse_args(argv)
+    # `kill <pid>` as a KeyboardInterrupt would be: run_stage then ends the running stage's process group
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    return Rehearsal(args).run()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """scripts/rehearse.py (``make rehearse``): its stated overrides, what it reads from a checkpoint, and (slow,
-one method on the tiny architecture, under a minute) a dry run through train, SIGKILL, resume, evaluate
+one method on the tiny architecture, ~60 s on an idle machine) a dry run through train, SIGKILL, resume, evaluate
 and aggregate. The real-size run is not a test (30+ minutes; docs/benchmarks.md has its figures)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,22 @@ def test_step_split_takes_generation_inside_steps_only(tmp_path):
     assert (r["generation_s"], r["rest_s"], r["validation_generation_s"]) == (0.5, 2.5, 4.0)
 
 
+def test_interrupt_ends_the_running_stage(tmp_path):
+    """Ctrl-C (or SIGTERM, turned into the same) in the parent kills the stage's own session."""
+    log = tmp_path / "stage.log"
+    cmd = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(120)"]
+
+    def interrupt() -> bool:
+        if log.read_text().strip():
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        rh.run_stage("sleeper", cmd, dict(os.environ), log, timeout=60, kill_when=interrupt)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(log.read_text().split()[0]), 0)
+
+
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path, data_dir):
     """One method (noclip: 2 steps) on the tiny architecture: killed after its first checkpoint, resumed,
@@ -81,7 +98,7 @@ def test_dry_run_end_to_end(tmp_path, data_dir):
     res = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "rehearse.py"), "--dry-run", "--methods", "noclip"]
         + ["--big", "none", "--out", str(out), "--scratch", str(tmp_path / "scratch")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=900,  # ~60 s alone; a loaded machine stretches it
     )  # fmt: skip
     report = json.loads(out.read_text())
     assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
