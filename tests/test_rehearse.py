@@ -90,6 +90,14 @@ def test_interrupt_ends_the_running_stage(tmp_path):
         os.kill(int(log.read_text().split()[0]), 0)
 
 
+def test_stages_past_the_hard_limit_are_skipped_not_cut_short(tmp_path):
+    args = rh.parse_args(["--dry-run", "--hard-s", "0", "--scratch", str(tmp_path), "--big", "none"])
+    r = rh.Rehearsal(args)
+    res = r.stage("never", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert res["status"] == "skipped" and r.failed == ["never"]
+    assert json.loads(args.out.read_text())["stages"]["never"]["reason"] == "past --hard-s"
+
+
 @pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path, data_dir):
     """One method (noclip: 2 steps) on the tiny architecture: killed after its first checkpoint, resumed,
