@@ -441,7 +441,6 @@ class Rehearsal:
         entry["machine_memory_gib"] = round(
             os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1
         )
-        entry["adamw_fits"] = entry["adamw_fp32_state_gib"] < entry["machine_memory_gib"]
         # Not attempted even where it fits (the dry run's tiny stand-in): at real size it cannot.
         entry["training"] = "not run: AdamW's fp32 weights, gradients and moments need adamw_fp32_state_gib"
         cmd = [sys.executable, "-m", "pspo_repro.evaluate", f"model={preset}", f"model_path={model_dir}",
