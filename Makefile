@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: env test test-fast lint mini study leaderboard scale bench env-vllm test-vllm env-authors test-authors
+.PHONY: env test test-fast lint mini study leaderboard scale bench rehearse env-vllm test-vllm env-authors test-authors
 
 env:
 	@bash scripts/setup_env.sh
@@ -59,6 +59,13 @@ leaderboard: env
 # (e.g. SCALE_ARGS='only=[]' rebuilds the table from the rungs' records without running any rung).
 scale: env
 	$(PY) -m pspo_repro.scale $(SCALE_ARGS)
+# The real-size rehearsal (scripts/rehearse.py, docs/benchmarks.md): the paper's 0.5B configs (clip, noclip,
+# pspo, as-run clip) at Qwen2.5-0.5B's real architecture with random weights through train, kill, resume,
+# evaluate and aggregate; the 1.5B models load and evaluate only. ~30+ minutes on 2 cores, ~12 GB of memory;
+# not part of `make test`. Writes results/rehearse/rehearse.json (scratch: results/rehearse/scratch/).
+# Extra: REHEARSE_ARGS='--dry-run' (the tiny architecture, ~3 minutes) or '--methods pspo --big none'.
+rehearse: env
+	$(PY) scripts/rehearse.py $(REHEARSE_ARGS)
 
 # The three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation).
 bench: env

@@ -1,0 +1,126 @@
+"""scripts/rehearse.py (``make rehearse``): its stated overrides, what it reads from a checkpoint, and (slow,
+one method on the tiny architecture, ~60 s on an idle machine) a dry run through train, SIGKILL, resume, evaluate
+and aggregate. The real-size run is not a test (30+ minutes; docs/benchmarks.md has its figures)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("rehearse", ROOT / "scripts" / "rehearse.py")
+rh = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rh)
+
+# What the rehearsal may change in the paper config: the model folder, the logger, the run's length,
+# gradient accumulation, completion length, validation size, logging, autocast, progress bars.
+ALLOWED = {
+    "model.path", "logger", "trainer.token_budget", "trainer.max_steps", "trainer.save_steps",
+    "trainer.eval_steps", "trainer.gradient_accumulation_steps", "trainer.max_completion_length",
+    "trainer.eval_limit", "trainer.per_device_eval_batch_size", "trainer.logging_steps", "trainer.bf16",
+    "trainer.disable_tqdm",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_overrides_are_the_stated_short_list(num_iterations, tmp_path):
+    ov = dict(x.split("=", 1) for x in rh.overrides(rh.MODES["real"], tmp_path, num_iterations))
+    assert set(ov) == ALLOWED
+    # two checkpoints, each a multiple of num_iterations (resume), each validated (best-checkpoint selection)
+    assert int(ov["trainer.max_steps"]) == 2 * int(ov["trainer.save_steps"]) == 2 * num_iterations
+    assert ov["trainer.eval_steps"] == ov["trainer.save_steps"]
+    assert ov["trainer.gradient_accumulation_steps"] == "1" and ov["trainer.bf16"] == "true"
+    assert ov["model.path"] == str(tmp_path)
+
+
+def test_methods_are_the_four_paper_configs():
+    assert rh.METHODS["clip_as_run"] == ["method=clip", "variant=as_run"]
+    assert set(rh.METHODS) == {"clip", "noclip", "pspo", "clip_as_run"}
+    assert rh.parse_args(["--methods", "pspo", "--big", "none"]).big == ()
+
+
+def test_bad_method_exits_with_usage(capsys):
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--methods", "sapo"])
+    assert exc.value.code == 2 and "allowed: clip, noclip, pspo, clip_as_run" in capsys.readouterr().err
+
+
+def test_checkpoint_facts_read_the_safetensors_header(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(2, dtype=torch.float32), "b": torch.zeros(3, dtype=torch.bfloat16)},
+              str(tmp_path / "model.safetensors"))  # fmt: skip
+    (tmp_path / "optimizer.pt").write_bytes(b"x" * 2**20)
+    facts = rh.checkpoint_facts(tmp_path)
+    assert facts["weight_dtypes"] == {"F32": 1, "BF16": 1}
+    assert facts["files_mib"]["optimizer.pt"] == 1.0 and facts["total_mib"] >= 1.0
+
+
+def test_step_split_takes_generation_inside_steps_only(tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"step": 1, "train/step_time": 2.0}\n{"step": 2}\n')
+    fig = {"step_s": [2.0, 1.0],
+           "profiling_by_mode": {"train": {"transformers.generate": [0.5]},
+                                 "eval": {"transformers.generate": [4.0]}}}  # fmt: skip
+    split = rh.step_split(tmp_path / "m.jsonl", fig)
+    assert split["trl_step_time_s"] == {1: 2.0}
+    r = split["resumed_process"]
+    assert (r["generation_s"], r["rest_s"], r["validation_generation_s"]) == (0.5, 2.5, 4.0)
+
+
+def test_interrupt_ends_the_running_stage(tmp_path):
+    """Ctrl-C (or SIGTERM, turned into the same) in the parent kills the stage's own session."""
+    log = tmp_path / "stage.log"
+    cmd = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(120)"]
+
+    def interrupt() -> bool:
+        if log.read_text().strip():
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        rh.run_stage("sleeper", cmd, dict(os.environ), log, timeout=60, kill_when=interrupt)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(log.read_text().split()[0]), 0)
+
+
+def test_stages_past_the_hard_limit_are_skipped_not_cut_short(tmp_path):
+    args = rh.parse_args(["--dry-run", "--hard-s", "0", "--scratch", str(tmp_path), "--big", "none"])
+    r = rh.Rehearsal(args)
+    res = r.stage("never", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert res["status"] == "skipped" and r.failed == ["never"]
+    assert json.loads(args.out.read_text())["stages"]["never"]["reason"] == "past --hard-s"
+
+
+@pytest.mark.slow
+def test_dry_run_end_to_end(tmp_path, data_dir):
+    """One method (noclip: 2 steps) on the tiny architecture: killed after its first checkpoint, resumed,
+    evaluated and aggregated, with the figures the real run records."""
+    out = tmp_path / "rehearse.json"
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "rehearse.py"), "--dry-run", "--methods", "noclip"]
+        + ["--big", "none", "--out", str(out), "--scratch", str(tmp_path / "scratch")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,  # ~60 s alone; a loaded machine stretches it
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    assert report["finished"] and report["dry_run"] and report["failed_stages"] == []
+    stages = report["stages"]
+    assert stages["train_noclip_until_kill"]["status"] == "killed"
+    assert all(s["peak_rss_mib"] > 0 and s["cpu_s"] > 0 for s in stages.values())
+    run = report["runs"]["noclip"]
+    assert run["killed_after"] == ["checkpoint-1"] and run["resumed_from"].endswith("checkpoint-1")
+    assert (run["status"], run["final_step"], run["best_checkpoint"]) == ("finished", 2, "checkpoint-1")
+    assert run["precision"]["param_dtype"] == "float32" and run["precision"]["autocast_dtype"] == "bfloat16"
+    assert run["best_checkpoint_facts"]["weight_dtypes"] == {"F32": 26}  # fp32 masters saved
+    assert set(run["step_time"]["trl_step_time_s"]) == {"1", "2"}
+    assert run["step_time"]["resumed_process"]["generation_s"] > 0
+    assert list(run["eval_cells"]) == ["gsm8k/T0.0"]
+    assert "GRPO-noclip" in report["tables"]["main_table"]
+    assert not list((tmp_path / "scratch").rglob("checkpoint-*"))  # deleted once evaluated
