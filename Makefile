@@ -59,6 +59,7 @@ leaderboard: env
 # (e.g. SCALE_ARGS='only=[]' rebuilds the table from the rungs' records without running any rung).
 scale: env
 	$(PY) -m pspo_repro.scale $(SCALE_ARGS)
+
 # The real-size rehearsal (scripts/rehearse.py, docs/benchmarks.md): the paper's 0.5B configs (clip, noclip,
 # pspo, as-run clip) at Qwen2.5-0.5B's real architecture with random weights through train, kill, resume,
 # evaluate and aggregate; the 1.5B models load and evaluate only. ~30+ minutes on 2 cores, ~12 GB of memory;
