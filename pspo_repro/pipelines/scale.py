@@ -187,6 +187,12 @@ def main(cfg: DictConfig) -> None:
     except ScaleError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(1 if "failed" in str(exc) else 2)
+    except (ValueError, KeyError) as exc:  # the table's records (missing or bad): one line, as every table command
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except OSError as exc:  # writing the table set (atomic.write_set left the previous one)
+        print(f"error: cannot write the ladder's table: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
     root = scale_root(cfg)
     print("\n== model-size ladder: done ==", f"results: {root}", sep="\n")
     for name, rec in timings["rungs"].items():

@@ -98,3 +98,13 @@ def test_failed_rung_is_named_with_its_logs(tmp_path, monkeypatch):
     with pytest.raises(scale.ScaleError, match=r"rung h64_l2 failed \(exit 1\); its logs: .*h64_l2/work/logs"):
         scale.run_ladder(_compose([f"root={tmp_path}"]))
     assert len(calls) == 1  # the ladder stops at the first failed rung
+
+
+def test_table_without_records_is_one_line(tmp_path):
+    """``only=[]`` rebuilds the table from the rungs' records: none there is one error line, exit 1."""
+    proc = subprocess.run([sys.executable, "-m", "pspo_repro.scale", f"root={tmp_path / 's'}", "only=[]"],
+                          capture_output=True, text=True, cwd=PROJECT_ROOT)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "rung h64_l2: no results folder" in proc.stderr
+    assert not (tmp_path / "s" / "scale.md").exists()
