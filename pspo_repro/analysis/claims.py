@@ -79,6 +79,7 @@ from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import parse_key_values, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
+from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
 
 VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
@@ -873,8 +874,6 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     w = csv.DictWriter(text, fieldnames=cols)
     w.writeheader()
     w.writerows(rows)
-    from pspo_repro.common.paths import CONF_DIR
-
     name = f"conf/{spec.name}" if spec.resolve().parent == CONF_DIR.resolve() else spec.name
     body = markdown(results, results_dir.name, selections, name, str(checked.get("model") or DEFAULT_MODEL))
     files: dict[Path, str | bytes] = {md: body, table: text.getvalue()}
@@ -892,8 +891,6 @@ KEYS = ("results_dir", "out_dir", "spec")
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pspo_repro.claims results_dir=... out_dir=... [spec=...]``; returns the exit code."""
-    from pspo_repro.common.paths import CONF_DIR
-
     args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
     if isinstance(args, str):
         print(f"error: {args}", file=sys.stderr)

@@ -74,6 +74,16 @@ def full_arch(arch: dict[str, Any]) -> dict[str, Any]:
     return {**defaults, **arch}
 
 
+def sft_mix(sft: dict[str, Any]) -> tuple[int, int]:
+    """(rewarded-family rows, held-out-skill rows) a base was SFT'ed on: its ``sft`` overrides over the counts the
+    rung pipeline passes (conf/mini.yaml's data sizes, ``pipelines.mini.sft_cmd``)."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.load(CONF_DIR / "mini.yaml").data
+    return (int(sft.get("data.n_train", data.sizes.train)),
+            int(sft.get("data.heldout_n_train", (data.get("heldout_sizes") or {}).get("train", 0))))  # fmt: skip
+
+
 def habit_rate(rec: C.Records) -> float:
     """Share of the base's greedy test answers that are the first worked line's result (the stop-early habit:
     ``sft.premature_answer``), from the base cell's per-prompt answers and the regenerated test problems."""
@@ -239,10 +249,6 @@ def across(verdicts: list[str]) -> str:
 # ---------------------------------------------------------------- output
 
 
-def _pp(x: float) -> str:
-    return C._pp(x)
-
-
 def _iv(m: C.Measured | dict[str, float] | None, signed: bool = False) -> str:
     """``mean [low, high]``; an accuracy's interval is cut at [0, 100] % and marked as the claims table does."""
     if m is None:
@@ -274,7 +280,7 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
            "| base | parameters | SFT mix (rewarded / held-out rows) | true acc | reward-style acc | stop-early habit | held-out skill |",
            "|---|---:|---|---:|---:|---:|---:|"]  # fmt: skip
     for r in rungs:
-        mix = f"{r.sft.get('data.n_train', 2000)} / {r.sft.get('data.heldout_n_train', 500)}"
+        mix = " / ".join(map(str, sft_mix(r.sft)))
         out.append(f"| {r.label} | {r.params:,} | {mix} | {C._pct(r.base['true'])} | {C._pct(r.base['reward'])} | "
                    f"{C._pct(r.base['habit'])} | {C._pct(r.base['held'])} |")  # fmt: skip
     out += ["", "Stop-early habit: share of the base's greedy test answers that are the first worked line's result.", ""]
@@ -297,7 +303,7 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
         for r in rungs:
             x = r.results[i]
             key = x["measured"].get(x["verdict"].get("diff") or x["verdict"].get("positive") or "")
-            val = f"{_pp(key.value)}" if key is not None else "-"
+            val = f"{C._pp(key.value)}" if key is not None else "-"
             cells.append(f"{x['verdict_ladder']} ({val}, p {C._p(x['p_ladder'])})")
             if not r.general_of:
                 vs.append(x["verdict_ladder"])
@@ -318,7 +324,7 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
     for row in c13.values():
         hp = C._p(row["p_holm"]) if row["key"] else "(beside)"
         v = row_verdict(row) if row["key"] else "-"
-        out.append(f"| {row['label']} | {_pp(row['value'])} | [{_pp(row['low'])}, {_pp(row['high'])}] | "
+        out.append(f"| {row['label']} | {C._pp(row['value'])} | [{C._pp(row['low'])}, {C._pp(row['high'])}] | "
                    f"{C._p(row['p'])} | {hp} | {v} |")  # fmt: skip
     out += ["", f"**Claim 13: {claim13_verdict(c13)}.**", ""]
     return "\n".join(out)

@@ -9,7 +9,6 @@ ladder's tables, figure and claim-13 verdict from every rung's records.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,8 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
-
-ARCH_KEYS_IN_SFT = ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+from pspo_repro.pipelines.mini import _read_record
 
 
 class ScaleError(RuntimeError):
@@ -116,10 +114,7 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     root = scale_root(cfg)
     only = set(map(str, cfg.only)) if cfg.get("only") is not None else None
     timings_path = root / "timings.json"
-    try:
-        previous = json.loads(timings_path.read_text()).get("rungs", {})
-    except (OSError, ValueError, AttributeError):
-        previous = {}
+    previous = (_read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
     t_all = time.time()
     for i, base in enumerate(ladder):
@@ -148,11 +143,11 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
 
 def rung_time(folder: Path) -> dict[str, float | None]:
     """A rung's wall and CPU seconds summed over its stages (its timings.json; None where it has none)."""
+    stages = (_read_record(folder / "timings.json") or {}).get("stages")
     try:
-        stages = json.loads((folder / "timings.json").read_text())["stages"]
         return {"seconds": round(sum(float(v["seconds"]) for v in stages.values()), 1),
                 "cpu_seconds": round(sum(float(v.get("cpu_seconds") or 0.0) for v in stages.values()), 1)}  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # no stages, or a stage record without seconds
         return {"seconds": None, "cpu_seconds": None}
 
 
@@ -167,10 +162,7 @@ def agreement_lines(root: Path, ladder: list[Base]) -> list[str]:
 
     lines = []
     for b in ladder:
-        try:
-            vs = json.loads((root / b.name / "timings.json").read_text()).get("vs_committed")
-        except (OSError, ValueError):
-            vs = None
+        vs = (_read_record(root / b.name / "timings.json") or {}).get("vs_committed")
         if isinstance(vs, dict):
             lines.append(f"  {b.name}: {mini_committed.describe_agreement(vs['agreement'])}")
     return lines
