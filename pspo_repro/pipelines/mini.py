@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ class Job:
     cmd: list[str]
     cost: float = 1.0
     log: Path | None = None
+    priority: int = 0  # higher first (before cost): jobs whose results unlock others
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
 
@@ -183,13 +185,17 @@ def _tail(path: Path | None, n: int = 25) -> str:
     return "\n".join(lines[-n:])
 
 
-def run_jobs(jobs: list[Job], parallel: int, env: dict[str, str], bar, progress) -> None:
-    """Run ``jobs`` with at most ``parallel`` at once, largest cost first; ``progress()`` -> units done.
+def run_jobs(
+    jobs: list[Job], parallel: int, env: dict[str, str], bar, progress, ready: Callable[[], list[Job]] | None = None
+) -> None:
+    """Run ``jobs`` with at most ``parallel`` at once, highest priority then largest cost first;
+    ``progress()`` -> units done. ``ready()``, when given, is asked for more jobs whenever one ends (jobs that
+    waited on finished ones, e.g. the tuned runs on their sweeps), so no core idles at a phase boundary.
 
     Each job's output goes to its log file. The first failure stops the others (their finished work
     stays on disk and is reused by a rerun) and raises StageError with the failed log's tail.
     """
-    queue = sorted(jobs, key=lambda j: -j.cost)
+    queue = sorted(jobs, key=lambda j: (-j.priority, -j.cost))
     running: list[Job] = []
     try:
         while queue or running:
@@ -214,6 +220,8 @@ def run_jobs(jobs: list[Job], parallel: int, env: dict[str, str], bar, progress)
                 running.remove(job)
                 if rc != 0:
                     raise StageError(f"{job.name} failed (exit {rc}); log {job.log}:\n{_tail(job.log)}")
+                if ready is not None:
+                    queue = sorted(queue + ready(), key=lambda j: (-j.priority, -j.cost))
     finally:
         for job in running:  # only our own children, by handle
             if job.proc is not None and job.proc.poll() is None:
@@ -298,19 +306,21 @@ def _points(group: DictConfig) -> list[dict[str, str]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(sweep[k] for k in keys))]
 
 
+def _selection(root: Path, group: DictConfig, point: dict[str, str]) -> Selection:
+    """One sweep point's choice of a ``select`` group (TuningError while its tuning runs are missing or
+    unfinished)."""
+    sel = group.select
+    others = {k: v for k, v in point.items() if k != "method"}
+    return select(root / "runs" / MODEL_NAME, point["method"], str(sel.tag), str(sel.key),
+                  _sweep_values(sel["values"]), [int(s) for s in sel.seeds], others)  # fmt: skip
+
+
 def selections(cfg: DictConfig, root: Path, group: DictConfig) -> list[Selection]:
     """A ``select`` group's choices, one per sweep point: ``select: {tag, key, values, seeds}`` names the
     tuning runs (``{method}/seed{s}-{tag}-...{key}{value}...`` with the point's other swept keys), and
     ``analysis.tuning.select`` picks by validation reward, never the test split. TuningError while those
     runs are missing or unfinished."""
-    sel = group.select
-    key, values = str(sel.key), _sweep_values(sel["values"])
-    seeds = [int(s) for s in sel.seeds]
-    out = []
-    for point in _points(group):
-        others = {k: v for k, v in point.items() if k != "method"}
-        out.append(select(root / "runs" / MODEL_NAME, point["method"], str(sel.tag), key, values, seeds, others))
-    return out
+    return [_selection(root, group, point) for point in _points(group)]
 
 
 def group_points(cfg: DictConfig, group: DictConfig, root: Path | None) -> list[dict[str, str]]:
@@ -359,40 +369,76 @@ def run_status(folder: Path) -> str | None:
         return None
 
 
+def _rl_job(cfg: DictConfig, root: Path, group: DictConfig, name: str, sweep: dict[str, str], cost: float) -> Job:
+    """One Hydra multirun of pspo_repro.train: the group's sweep point(s) over its seeds."""
+    seeds = ",".join(map(str, group_seeds(cfg, group)))
+    cmd = [
+        sys.executable, "-m", "pspo_repro.train", "-m",
+        f"experiment={group.get('experiment') or cfg.rl.experiment}",
+        f"data.prompt_template={cfg.prompt_template}",
+        *([f"run_tag={group.tag}"] if group.get("tag") else []),
+        *[f"{k}={v}" for k, v in sweep.items()],
+        f"seed={seeds}",
+        f"hydra/launcher={cfg.rl.launcher}",
+        f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
+        *map(str, cfg.rl.overrides),
+    ]  # fmt: skip
+    # A sweep whose runs a select group reads goes first: the tuned runs can start as soon as it ends.
+    unlocks = any(str(g.select.tag) == str(group.get("tag")) for g in cfg.rl.groups if g.get("select"))
+    return Job(name, cmd, cost, priority=int(unlocks and not group.get("select")))
+
+
+def _check_rl_overrides(cfg: DictConfig) -> None:
+    # infrastructure keys (run_dir.INFRA_TRAINER_KEYS) name no folder: allowed
+    tagged = [o for o in map(str, cfg.rl.overrides) if tagging_key(o)]
+    if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
+        raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
+
+
+def _select_job(cfg: DictConfig, root: Path, group: DictConfig, i: int, points: list[dict[str, str]]) -> Job:
+    """The ``select`` group's job of sweep point ``i`` at the value its tuning runs chose (TuningError while
+    they are missing or unfinished)."""
+    point = {**points[i], str(group.select.key): _selection(root, group, points[i]).chosen}
+    name = f"rl-{group.name}" + (f"-{i}" if len(points) > 1 else "")
+    return _rl_job(cfg, root, group, name, {k: str(v) for k, v in point.items()},
+                   float(group.get("cost", 1.0)) / len(points))  # fmt: skip
+
+
 def rl_jobs(cfg: DictConfig, root: Path, phase: str = "all") -> list[Job]:
     """One Hydra multirun of pspo_repro.train per rl group (the GRPO grid's own code path).
 
     ``phase``: ``sweep`` (the groups without ``select``), ``select`` (those with it: one job per group and
     sweep point, at the value chosen from its tuning group's finished runs) or ``all``.
     """
-    # infrastructure keys (run_dir.INFRA_TRAINER_KEYS) name no folder: allowed
-    tagged = [o for o in map(str, cfg.rl.overrides) if tagging_key(o)]
-    if tagged:  # they would add a tag to every run folder; settings belong in the experiment file
-        raise StageError(f"rl.overrides: put method./trainer. settings in conf/experiment/ instead: {tagged}")
+    _check_rl_overrides(cfg)
     jobs = []
     for group in cfg.rl.groups:
-        if (phase == "sweep" and group.get("select")) or (phase == "select" and not group.get("select")):
+        if group.get("select"):
+            if phase != "sweep":
+                points = _points(group)
+                jobs += [_select_job(cfg, root, group, i, points) for i in range(len(points))]
+        elif phase != "select":
+            sweep = {k: _sweep_text(v) for k, v in group.sweep.items()}
+            jobs.append(_rl_job(cfg, root, group, f"rl-{group.name}", sweep, float(group.get("cost", 1.0))))
+    return jobs
+
+
+def ready_select_jobs(cfg: DictConfig, root: Path, issued: set[str]) -> list[Job]:
+    """The ``select`` groups' jobs whose tuning runs have all finished, except those named in ``issued``
+    (which this adds them to): each tuned point starts as soon as its own sweep is done."""
+    jobs = []
+    for group in cfg.rl.groups:
+        if not group.get("select"):
             continue
-        seeds = ",".join(map(str, group_seeds(cfg, group)))
-        sweeps = (
-            [{k: str(v) for k, v in p.items()} for p in group_points(cfg, group, root)]
-            if group.get("select")
-            else [{k: _sweep_text(v) for k, v in group.sweep.items()}]
-        )
-        for i, sweep in enumerate(sweeps):
-            name = f"rl-{group.name}" + (f"-{i}" if len(sweeps) > 1 else "")
-            cmd = [
-                sys.executable, "-m", "pspo_repro.train", "-m",
-                f"experiment={group.get('experiment') or cfg.rl.experiment}",
-                f"data.prompt_template={cfg.prompt_template}",
-                *([f"run_tag={group.tag}"] if group.get("tag") else []),
-                *[f"{k}={v}" for k, v in sweep.items()],
-                f"seed={seeds}",
-                f"hydra/launcher={cfg.rl.launcher}",
-                f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
-                *map(str, cfg.rl.overrides),
-            ]  # fmt: skip
-            jobs.append(Job(name, cmd, float(group.get("cost", 1.0)) / len(sweeps)))
+        points = _points(group)
+        for i in range(len(points)):
+            try:
+                job = _select_job(cfg, root, group, i, points)
+            except TuningError:
+                continue
+            if job.name not in issued:
+                issued.add(job.name)
+                jobs.append(job)
     return jobs
 
 
@@ -656,11 +702,17 @@ def check_same_base(info: dict[str, Any], committed: dict[str, Any] | None, root
           f"{info.get('val_accuracy')}{', weights sha256 ' + got[:12] if want else ''})", flush=True)  # fmt: skip
 
 
+def _with_logs(root: Path, jobs: list[Job]) -> list[Job]:
+    for j in jobs:
+        j.log = root / "work" / "logs" / f"{j.name}.log"
+    return jobs
+
+
 def do_rl(cfg: DictConfig, root: Path) -> dict[str, Any]:
     """Stage 3: the GRPO grid as Hydra multiruns; progress = finished run folders.
 
-    Two phases when a group selects a value from another's runs (``select``, the tuning-matched protocol):
-    the sweeps first, then the selected groups at the values their tuning runs chose.
+    When a group selects a value from another's runs (``select``, the tuning-matched protocol), its jobs
+    wait for their sweeps: each starts, at the value its tuning runs chose, once they have finished.
     """
     env = child_env(cfg, root, int(cfg.threads))
     info: dict[str, Any] = {}
@@ -668,13 +720,21 @@ def do_rl(cfg: DictConfig, root: Path) -> dict[str, Any]:
         len(_points(g)) * len(group_seeds(cfg, g)) for g in cfg.rl.groups if g.get("select")
     )
     with _bar(total, "rl runs", "run") as bar:
-        for phase in ("sweep", "select"):
-            jobs = rl_jobs(cfg, root, phase)
-            for j in jobs:
-                j.log = root / "work" / "logs" / f"{j.name}.log"
-            runs = rl_runs(cfg, root, unresolved=True)
-            run_jobs(jobs, int(cfg.parallel), env, bar,
-                     lambda runs=runs: sum(run_status(run_dir_of(root, *r)) == "finished" for r in runs))  # fmt: skip
+        # The sweeps first (those the tuned groups read at the head of the queue); each tuned point joins
+        # the queue as soon as its own sweep has finished, beside the sweeps still running.
+        jobs = rl_jobs(cfg, root, "sweep")
+        issued: set[str] = set()
+        jobs += ready_select_jobs(cfg, root, issued)  # a resumed stage: sweeps already finished
+        runs = rl_runs(cfg, root, unresolved=True)
+
+        def ready() -> list[Job]:
+            new = ready_select_jobs(cfg, root, issued)
+            if new:
+                runs[:] = rl_runs(cfg, root, unresolved=True)  # now with the new jobs' runs
+            return _with_logs(root, new)
+
+        run_jobs(_with_logs(root, jobs), int(cfg.parallel), env, bar,
+                 lambda: sum(run_status(run_dir_of(root, *r)) == "finished" for r in runs), ready)  # fmt: skip
         info["runs"] = len(rl_runs(cfg, root))
         chosen = {
             f"{g.name}/{s.method}": {"key": s.key, "chosen": s.chosen, "scores": s.scores}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,56 @@ def test_reuse_committed_checks_the_recomputed_base(tmp_path, capsys):
         mini.check_same_base({"val_accuracy": 0.02}, {"val_accuracy": 0.015}, tmp_path)
     with pytest.raises(mini.StageError, match="no sft record"):
         mini.check_same_base(same, None, tmp_path)
+
+
+def test_each_tuned_point_is_ready_as_soon_as_its_own_sweep_is(tmp_path):
+    """conf/study.yaml: a tuned job joins the queue once its method's sweep has finished, not after all."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "study", [f"root={tmp_path}"])
+    runs = tmp_path / "runs" / "mini_sft"
+    issued: set[str] = set()
+    assert mini.ready_select_jobs(cfg, tmp_path, issued) == []
+    _sweep(runs, "clip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in VALUES})
+    first = mini.ready_select_jobs(cfg, tmp_path, issued)
+    assert [j.name for j in first] == ["rl-tuned-0"]
+    assert "method=clip" in first[0].cmd and "trainer.learning_rate=0.001" in first[0].cmd
+    assert mini.ready_select_jobs(cfg, tmp_path, issued) == []  # issued once only
+    _sweep(runs, "pspo", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in VALUES})
+    assert [j.name for j in mini.ready_select_jobs(cfg, tmp_path, issued)] == ["rl-tuned-1"]
+    # the same jobs as the all-at-once path, and the sweeps the tuned groups read go first
+    _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES}, point={"method.num_iterations": 2})
+    rest = {j.name: j.cmd for j in mini.ready_select_jobs(cfg, tmp_path, issued)}
+    every = {j.name: j.cmd for j in mini.rl_jobs(cfg, tmp_path, "select")}
+    assert set(rest) | {"rl-tuned-0", "rl-tuned-1"} == set(every) and all(every[n] == c for n, c in rest.items())
+    prio = {j.name: j.priority for j in mini.rl_jobs(cfg, tmp_path, "sweep")}
+    assert {n for n, p in prio.items() if p} == {n for n in prio if n.startswith("rl-tune_")} != set()
+
+
+def test_run_jobs_starts_ready_jobs_beside_running_ones(tmp_path):
+    """A job that ``ready()`` hands over when one ends starts at once, while the other still runs."""
+    marker = tmp_path / "first.done"
+
+    def job(name, seconds, cost, priority=0):
+        code = f"import time, pathlib; time.sleep({seconds}); pathlib.Path(r'{tmp_path}/{name}.done').touch()"
+        return mini.Job(name, [sys.executable, "-c", code], cost, tmp_path / f"{name}.log", priority=priority)
+
+    handed: list[str] = []
+
+    def ready():
+        if marker.exists() and not handed:
+            handed.append("late")
+            return [job("late", 0, 1.0)]
+        return []
+
+    class Bar:
+        n = 0
+
+        def refresh(self):
+            pass
+
+    # "first" goes before the costlier "long" (priority); "late" starts when "first" ends, "long" still running
+    jobs = [job("long", 6, 5.0), job("first", 0, 1.0, priority=1)]
+    mini.run_jobs(jobs, 2, dict(os.environ), Bar(), lambda: 0, ready)
+    assert handed == ["late"]
+    done = {p.stem: p.stat().st_mtime for p in tmp_path.glob("*.done")}
+    assert set(done) == {"first", "long", "late"} and done["late"] < done["long"]
