@@ -86,7 +86,7 @@ _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _NONE = object()  # "no bad entry found"
 
 
-def cell_problem(cell: dict[str, Any]) -> str | None:
+def cell_problem(cell: dict[str, Any], recomputed: dict[str, float] | None = None) -> str | None:
     """Why an evaluation cell read back from disk must not reach a table (None: it may).
 
     The file is untrusted (hand-edited, written by another version): settings must have their types and
@@ -96,7 +96,8 @@ def cell_problem(cell: dict[str, Any]) -> str | None:
     records (``metrics_problem``): the stored ``metrics`` is a cache, compared, never shown. A cell without
     per-prompt records has nothing to recompute from and is refused. Unknown per-prompt fields and metric
     keys are tolerated (never tabled); a rate-like one (``acc``/``maj``/``pass@`` in its name) must still be
-    a finite number in [0, 1].
+    a finite number in [0, 1]. ``recomputed``, when given, receives the metrics recomputed from the records
+    (so a reader does not recompute them a second time).
     """
     for key in ("model", "method", "dataset"):
         if not isinstance(cell.get(key), str) or not cell[key]:
@@ -143,7 +144,21 @@ def cell_problem(cell: dict[str, Any]) -> str | None:
     if isinstance(sha, str) and _SHA_RE.fullmatch(sha):  # the evaluator's hash of the ids, in order
         if hashlib.sha256("\n".join(ids).encode()).hexdigest() != sha:
             return "rows_sha256 is not the hash of its per_prompt ids"
-    return metrics_problem(metrics, recompute_metrics(rows))
+    computed = recompute_metrics(rows)
+    if recomputed is not None:
+        recomputed.update(computed)
+    return metrics_problem(metrics, computed)
+
+
+# Whole-list checks that accept only lists every entry of which passes record_problem's per-entry check
+# (plain ints, floats, str, None; bools and other subclasses fall through to the per-entry scan).
+_FAST_OK = {
+    "reward_flags": lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1},
+    "true_flags": lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1},
+    "lengths": lambda v: set(map(type, v)) <= {int} and (not v or min(v) >= 0),
+    "rewards": lambda v: set(map(type, v)) <= {int, float} and all(map(math.isfinite, v)),
+    "answers": lambda v: set(map(type, v)) <= {str, type(None)},
+}
 
 
 def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
@@ -176,7 +191,10 @@ def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
         "answers": lambda x: x is None or isinstance(x, str),
     }
     for field, ok in checks.items():
-        bad = next((x for x in r.get(field, []) if not ok(x)), _NONE)
+        values = r.get(field, [])
+        if _FAST_OK[field](values):  # the common case at C speed; the scan below names the first bad entry
+            continue
+        bad = next((x for x in values if not ok(x)), _NONE)
         if bad is not _NONE:
             return f"{field} holds {bad!r}"
     derived = {
@@ -261,7 +279,8 @@ def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFra
             raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}")
         if cell.get("schema_version", 1) != 1:
             raise ResultsError(f"{path}: unsupported schema_version {cell.get('schema_version')!r}")
-        why = cell_problem(cell)
+        recomputed: dict[str, float] = {}
+        why = cell_problem(cell, recomputed)
         if why is not None:
             if left_out is None:
                 raise ResultsError(f"{path}: {why}")
@@ -273,7 +292,7 @@ def load_eval_cells(root: Path, left_out: list[str] | None = None) -> pd.DataFra
         row["temperature"] = round(float(row["temperature"]), 6)
         row["file"] = str(path)
         # The tables show what the records give, never the stored cache (cell_problem compared the two).
-        row["metrics"] = dict(sorted(recompute_metrics(cell["per_prompt"]).items()))  # as cells store them
+        row["metrics"] = dict(sorted(recomputed.items()))  # as cells store them
         row["per_prompt"] = cell.get("per_prompt") or []  # for ci=bootstrap and paired comparisons
         row["provisional"] = cell.get("provisional")  # evaluate: a checkpoint asked for by name, unfinished
         row["foreign_checkpoint"] = cell.get("foreign_checkpoint")  # evaluate: allow_foreign_checkpoint=true
@@ -302,10 +321,11 @@ def checked_metrics(path: Path, root: Path) -> tuple[dict[str, float] | None, st
     (``cell_problem``, ``location_problem``): for readers of single cells (the regime tables)."""
     try:
         cell = _read_json(path)
-        why = cell_problem(cell) or location_problem(path, root, cell)
+        recomputed: dict[str, float] = {}
+        why = cell_problem(cell, recomputed) or location_problem(path, root, cell)
     except (ResultsError, KeyError) as exc:
         return None, str(exc) if isinstance(exc, ResultsError) else f"missing field {exc}"
-    return (None, why) if why else (recompute_metrics(cell["per_prompt"]), None)
+    return (None, why) if why else (recomputed, None)
 
 
 def check_duplicates(cells: pd.DataFrame) -> None:

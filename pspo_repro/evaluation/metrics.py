@@ -20,6 +20,7 @@ analysis code reports (``maths_plots.py`` in MCDwyer/GR-PSPO, read for its defin
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of (n, c, k) across a whole results tree; millions of calls
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one prompt: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021).
 
@@ -187,22 +189,28 @@ def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
     if have("authors_correct"):
         kinds.append("authors")
         metrics["authors_acc"] = sum(r["authors_correct"] for r in per_prompt) / total
+    ns = [int(r["n"]) for r in per_prompt]
     for k in PASS_KS:
         if k > n_min:
             break
-        for kind in kinds:
-            metrics[f"{kind}_pass@{k}"] = _mean([prompt_value(r, f"{kind}_pass@{k}") for r in per_prompt])
+        for kind in kinds:  # prompt_value's pass@k, without its per-call dispatch (the hot loop of analysis)
+            field = f"{kind}_correct"
+            metrics[f"{kind}_pass@{k}"] = _mean(
+                [pass_at_k(n, int(r[field]), k) if k <= n else None for r, n in zip(per_prompt, ns, strict=True)]
+            )
     if not all(has_samples(r) for r in per_prompt):
         return metrics
-    names = [f"maj@{k}" for k in PASS_KS if k <= n_min]
-    names += [
-        "reward_top1",
-        "true_top1",
-        *(f"{kind}_best_of_n" for kind in ("reward", "true") if kind in kinds),
-    ]
-    names += ["agreement", "unique_answers"]
-    for name in names:
-        metrics[name] = _mean([prompt_value(r, name) for r in per_prompt])
+    for k in PASS_KS:
+        if k <= n_min:
+            metrics[f"maj@{k}"] = _mean([float(maj_correct(r["answers"][:k], r["reward_flags"][:k]))
+                                         for r in per_prompt])  # fmt: skip
+    metrics["reward_top1"] = _mean([float(r["reward_flags"][0]) for r in per_prompt])
+    metrics["true_top1"] = _mean([float(r["true_flags"][0]) for r in per_prompt])
+    for kind in ("reward", "true"):
+        if kind in kinds:
+            metrics[f"{kind}_best_of_n"] = _mean([float(r[f"{kind}_correct"] > 0) for r in per_prompt])
+    metrics["agreement"] = _mean([authors_vote(r["answers"])[1] / n for r, n in zip(per_prompt, ns, strict=True)])
+    metrics["unique_answers"] = _mean([prompt_value(r, "unique_answers") for r in per_prompt])
     rewards = np.array([x for r in per_prompt for x in r["rewards"]], dtype=float)
     flags = np.array([x for r in per_prompt for x in r["reward_flags"]], dtype=float)
     if rewards.size > 5 and rewards.std() > 0 and flags.std() > 0:

@@ -49,7 +49,8 @@ from pspo_repro.training.sft import PROGRESS
 log = logging.getLogger("pspo_repro.mini")
 STAGES = ("data", "sft", "rl", "eval", "aggregate")
 MODEL_NAME = "mini_sft"  # conf/model/mini_sft.yaml: the run folders' model component
-POLL_S = 2.0
+POLL_S = 2.0  # progress bar refresh
+WAIT_S = 0.2  # how often a finished job is looked for: a core idles at most this long between jobs
 
 
 def registered_methods() -> list[str]:
@@ -197,6 +198,7 @@ def run_jobs(
     """
     queue = sorted(jobs, key=lambda j: (-j.priority, -j.cost))
     running: list[Job] = []
+    next_refresh = time.monotonic() + POLL_S
     try:
         while queue or running:
             while queue and len(running) < max(1, parallel):
@@ -210,9 +212,11 @@ def run_jobs(
                         job.cmd, cwd=PROJECT_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT
                     )
                 running.append(job)
-            time.sleep(POLL_S)
-            bar.n = progress()
-            bar.refresh()
+            time.sleep(WAIT_S)
+            if time.monotonic() >= next_refresh:
+                bar.n = progress()
+                bar.refresh()
+                next_refresh = time.monotonic() + POLL_S
             for job in list(running):
                 rc = job.proc.poll()
                 if rc is None:

@@ -172,6 +172,14 @@ BAD_CELLS = [
     ("maj-not-binary", {"p0_reward_maj": 2}, "per_prompt[0] reward_maj=2 is not 0 or 1"),
     ("metric-nan", {"m_true_maj": float("nan")}, "metric true_maj=nan is not a fraction in [0, 1]"),
     ("extra-rate-out-of-range", {"m_reward_maj@16": 1.2}, "metric reward_maj@16=1.2 is not a fraction in [0, 1]"),
+    # per-sample lists: the whole-list fast check lets none of these through, the scan names the entry
+    ("flag-bool", {"p0_reward_flags": [True, 0]}, "per_prompt[0] reward_flags holds True"),
+    ("flag-float", {"p0_true_flags": [1.0, 0]}, "per_prompt[0] true_flags holds 1.0"),
+    ("flag-two", {"p0_true_flags": [0, 2]}, "per_prompt[0] true_flags holds 2"),
+    ("reward-inf", {"p0_rewards": [1.0, float("inf")]}, "per_prompt[0] rewards holds inf"),
+    ("reward-text", {"p0_rewards": ["1", 0.0]}, "per_prompt[0] rewards holds '1'"),
+    ("length-negative", {"p0_lengths": [3, -1]}, "per_prompt[0] lengths holds -1"),
+    ("answer-number", {"p0_answers": ["1", 2]}, "per_prompt[0] answers holds 2"),
 ]  # fmt: skip
 
 
@@ -238,6 +246,8 @@ def test_cell_check_is_exact_on_a_real_cell():
     cell = _cell(1)
     cell["metrics"] = cell_metrics(cell["per_prompt"])  # the evaluator's own arithmetic passes
     assert cell_problem(cell) is None
+    recomputed: dict = {}  # what a reader tables: the recomputation, handed back once
+    assert cell_problem(cell, recomputed) is None and recomputed == cell_metrics(cell["per_prompt"])
 
 
 # ---------------------------------------------------------------- class 3: a provisional checkpoint

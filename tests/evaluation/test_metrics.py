@@ -86,6 +86,31 @@ def test_cell_metrics_authors_hand_computed():
     assert m["grading_timeouts"] == 0 and m["grading_errors"] == 0
 
 
+def test_cell_metrics_are_the_means_of_prompt_value():
+    """cell_metrics computes the per-prompt means inline (the hot loop of every table); each must equal the
+    mean of prompt_value, the definition, exactly, on rows of varied n, answers and flags."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(40):
+        n = rng.choice([4, 8, 16])
+        answers = [rng.choice([None, "1", "2", "3"]) for _ in range(n)]
+        rflags = [int(a == "1") for a in answers]
+        tflags = [int(rng.random() < 0.4) for _ in range(n)]
+        rewards = [rng.choice([0.0, 0.05, 1.0, 1.05]) for _ in range(n)]
+        rows.append(_row(answers, rflags, tflags, rewards, [rng.randint(1, 9) for _ in range(n)], f"p{i}"))
+    m = cell_metrics(rows)
+    per_prompt = {k for k in m if "pass@" in k or k.startswith("maj@") or k.endswith(("top1", "best_of_n"))}
+    per_prompt |= {"agreement", "unique_answers"}
+    assert len(per_prompt) == 3 * 3 + 3 + 4 + 2, sorted(per_prompt)  # n_min 4: k in 1, 2, 4
+    for name in sorted(per_prompt):
+        values = np.array([np.nan if (v := prompt_value(r, name)) is None else v for r in rows], dtype=float)
+        assert m[name] == float(np.nanmean(values)), name
+
+
 def test_old_rows_without_sample_lists_give_only_the_old_metrics():
     old = {"id": "x", "n": 4, "reward_correct": 1, "true_correct": 2, "reward_maj": 0, "true_maj": 0,
            "mean_length": 3.0}  # fmt: skip

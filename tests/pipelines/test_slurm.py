@@ -144,7 +144,7 @@ def test_requeued_job_resumes(slurm_env, tmp_path, how):
     checkpoint() (the launcher's: resubmit the same call) and requeue. Both resume from state.json."""
     steps = 40
     driver = subprocess.Popen(
-        _app_cmd(tmp_path, "x=9", f"steps={steps}", "step_s=0.5"),
+        _app_cmd(tmp_path, "x=9", f"steps={steps}", "step_s=0.3"),
         cwd=ROOT,
         env=slurm_env,
         stdout=subprocess.PIPE,
@@ -215,7 +215,7 @@ def test_array_sbatch_runs_each_line_and_requeues_itself_on_usr1(slurm_env, tmp_
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "sweep_to_lines.py"), "--config-dir", str(APP.parent)]
         + ["--config-name", "config", "--out", str(lines), "x=1,2", f"out_root={tmp_path / 'out'}"]
-        + ["steps=30", "step_s=0.5"],
+        + ["steps=30", "step_s=0.3"],
         check=True,
         capture_output=True,
     )
