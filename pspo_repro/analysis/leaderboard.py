@@ -51,6 +51,7 @@ from typing import Any
 
 import pandas as pd
 
+from pspo_repro.analysis import run_records
 from pspo_repro.analysis.claims import ClaimsError, Records
 from pspo_repro.analysis.knobs import Knobs, method_knobs, run_method_configs
 from pspo_repro.analysis.ranking import equivalence_classes, rank_intervals
@@ -551,6 +552,9 @@ def write(
     three, never a mix).
 
     Raises UnknownReference when ``reference`` is no method of the records' evaluation cells."""
+    if reference not in run_records.registered_methods():  # a misspelt name: before reading the records
+        raise UnknownReference(f"reference={reference!r} is no method; the registered methods are: "
+                               f"{', '.join(run_records.registered_methods())}")  # fmt: skip
     rec = Records.read(results_dir)
     rec.check_one_model("the leaderboard")
     if not rec.evals.empty:
