@@ -16,6 +16,7 @@ anywhere in them must name a runnable module, and every ``scripts/<file>`` must 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -183,8 +184,26 @@ def test_methods_doc_override_composes_and_validates(override, results_root):
         assert method.params[name] == (None if value == "null" else float(value)), item
 
 
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory, data_dir):
+    """Every documented override through ``python -m pspo_repro.train ... dry_run=true``, all in one
+    interpreter (tests/cli_dry_runs.py): one import of the stack instead of one per override."""
+    tmp = tmp_path_factory.mktemp("dry_runs")
+    out = tmp / "dry_runs.json"
+    overrides = methods_doc_overrides()
+    proc = subprocess.run(
+        [str(PROJECT_ROOT / ".venv" / "bin" / "python"), str(Path(__file__).parent / "cli_dry_runs.py"), str(out),
+         *overrides],
+        cwd=PROJECT_ROOT, env=doc_env(tmp), capture_output=True, text=True, timeout=FAST_TIMEOUT_S + 5 * len(overrides),
+    )  # fmt: skip
+    assert proc.returncode == 0 and out.is_file(), proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("docs_dry_runs")  # one worker runs them all: the fixture's interpreter starts once
 @pytest.mark.parametrize("override", methods_doc_overrides())
-def test_methods_doc_override_dry_runs(override, tmp_path, data_dir):
-    (proc,) = run_commands([f"python -m pspo_repro.train {override} dry_run=true"], tmp_path, FAST_TIMEOUT_S)
-    assert "run folder: " in proc.stdout
+def test_methods_doc_override_dry_runs(override, dry_runs):
+    result = dry_runs[override]
+    assert result["code"] == 0, f"exit {result['code']}: {override}\n{result['stderr'][-3000:]}"
+    assert "run folder: " in result["stdout"]

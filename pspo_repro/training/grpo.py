@@ -136,18 +136,18 @@ def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None
     from pspo_repro.data.prompts import build_messages
 
     rows, dropped = [], 0
-    for p in problems:
-        messages = build_messages(p.question, template)
-        if max_prompt_length:
-            # return_dict=False: a list of ids (transformers 5 returns a BatchEncoding by default, whose len is
-            # its 2 keys, so no prompt was ever dropped)
-            ids = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False
-            )
-            n = len(ids)
-            if n > max_prompt_length:
-                dropped += 1
-                continue
+    chats = [build_messages(p.question, template) for p in problems]
+    lengths = [0] * len(chats)
+    if max_prompt_length and chats:
+        # One batched call (the library renders every chat, then tokenizes the texts at once): the same ids as
+        # one call per prompt, ~10x faster on GSM8K's 7,473 prompts. return_dict=False: lists of ids
+        # (transformers 5 returns a BatchEncoding by default, whose len is its 2 keys)
+        ids = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=True, return_dict=False)
+        lengths = [len(x) for x in ids]
+    for p, messages, n in zip(problems, chats, lengths, strict=True):
+        if max_prompt_length and n > max_prompt_length:
+            dropped += 1
+            continue
         rows.append({"prompt": messages, "answer": p.answer, "answer_kind": p.answer_kind, "id": p.id})
     if dropped:
         log.warning("dropped %d prompts longer than %d tokens", dropped, max_prompt_length)
