@@ -150,14 +150,15 @@ def cell_problem(cell: dict[str, Any], recomputed: dict[str, float] | None = Non
     return metrics_problem(metrics, computed)
 
 
-# Whole-list checks that accept only lists every entry of which passes record_problem's per-entry check
-# (plain ints, floats, str, None; bools and other subclasses fall through to the per-entry scan).
-_FAST_OK = {
-    "reward_flags": lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1},
-    "true_flags": lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1},
-    "lengths": lambda v: set(map(type, v)) <= {int} and (not v or min(v) >= 0),
-    "rewards": lambda v: set(map(type, v)) <= {int, float} and all(map(math.isfinite, v)),
-    "answers": lambda v: set(map(type, v)) <= {str, type(None)},
+# Per-sample list checks: field -> (whole-list check, per-entry check). The whole-list check accepts only lists
+# every entry of which passes the per-entry one (plain ints, floats, str, None; bools and other subclasses fall
+# through to the per-entry scan, which names the first bad entry).
+_SAMPLE_CHECKS = {
+    "reward_flags": (lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1}, lambda x: _is_int(x) and x in (0, 1)),
+    "true_flags": (lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1}, lambda x: _is_int(x) and x in (0, 1)),
+    "lengths": (lambda v: set(map(type, v)) <= {int} and (not v or min(v) >= 0), lambda x: _is_int(x) and x >= 0),
+    "rewards": (lambda v: set(map(type, v)) <= {int, float} and all(map(math.isfinite, v)), _is_num),
+    "answers": (lambda v: set(map(type, v)) <= {str, type(None)}, lambda x: x is None or isinstance(x, str)),
 }
 
 
@@ -183,16 +184,9 @@ def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
     for field in SAMPLE_FIELDS:
         if field in r and (not isinstance(r[field], list) or len(r[field]) != n):
             return f"{field} is not a list of n={n} entries"
-    checks = {
-        "reward_flags": lambda x: _is_int(x) and x in (0, 1),
-        "true_flags": lambda x: _is_int(x) and x in (0, 1),
-        "lengths": lambda x: _is_int(x) and x >= 0,
-        "rewards": _is_num,
-        "answers": lambda x: x is None or isinstance(x, str),
-    }
-    for field, ok in checks.items():
+    for field, (all_ok, ok) in _SAMPLE_CHECKS.items():
         values = r.get(field, [])
-        if _FAST_OK[field](values):  # the common case at C speed; the scan below names the first bad entry
+        if all_ok(values):  # the common case at C speed; the scan below names the first bad entry
             continue
         bad = next((x for x in values if not ok(x)), _NONE)
         if bad is not _NONE:

@@ -403,9 +403,12 @@ def _select_job(cfg: DictConfig, root: Path, group: DictConfig, i: int, points: 
     """The ``select`` group's job of sweep point ``i`` at the value its tuning runs chose (TuningError while
     they are missing or unfinished)."""
     point = {**points[i], str(group.select.key): _selection(root, group, points[i]).chosen}
-    name = f"rl-{group.name}" + (f"-{i}" if len(points) > 1 else "")
-    return _rl_job(cfg, root, group, name, {k: str(v) for k, v in point.items()},
+    return _rl_job(cfg, root, group, _select_name(group, i, len(points)), {k: str(v) for k, v in point.items()},
                    float(group.get("cost", 1.0)) / len(points))  # fmt: skip
+
+
+def _select_name(group: DictConfig, i: int, n_points: int) -> str:
+    return f"rl-{group.name}" + (f"-{i}" if n_points > 1 else "")
 
 
 def rl_jobs(cfg: DictConfig, root: Path, phase: str = "all") -> list[Job]:
@@ -436,13 +439,14 @@ def ready_select_jobs(cfg: DictConfig, root: Path, issued: set[str]) -> list[Job
             continue
         points = _points(group)
         for i in range(len(points)):
+            if _select_name(group, i, len(points)) in issued:  # its tuning runs are not read again
+                continue
             try:
                 job = _select_job(cfg, root, group, i, points)
             except TuningError:
                 continue
-            if job.name not in issued:
-                issued.add(job.name)
-                jobs.append(job)
+            issued.add(job.name)
+            jobs.append(job)
     return jobs
 
 

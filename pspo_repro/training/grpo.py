@@ -140,8 +140,9 @@ def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None
     lengths = [0] * len(chats)
     if max_prompt_length and chats:
         # One batched call (the library renders every chat, then tokenizes the texts at once): the same ids as
-        # one call per prompt, ~10x faster on GSM8K's 7,473 prompts. return_dict=False: lists of ids
-        # (transformers 5 returns a BatchEncoding by default, whose len is its 2 keys)
+        # one call per prompt, ~25% faster on GSM8K's 7,000 training prompts (the tokenizer itself is most of
+        # the cost). return_dict=False: lists of ids (transformers 5 returns a BatchEncoding by default, whose
+        # len is its 2 keys)
         ids = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=True, return_dict=False)
         lengths = [len(x) for x in ids]
     for p, messages, n in zip(problems, chats, lengths, strict=True):
