@@ -869,6 +869,7 @@ def subprocess_runs(tmp_path_factory, tiny_model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("bad_input_subprocess")  # one worker: the fixture's processes start once
 @pytest.mark.parametrize("name", SUBPROCESS_IDS)
 def test_bad_input_subprocess(name, subprocess_runs):
     case, code, err, before, results = subprocess_runs[name]

@@ -26,6 +26,10 @@ def _true_acc(cell_path) -> float:
     return sum(r["true_correct"] for r in rows) / sum(r["n"] for r in rows)
 
 
+# The tests of the study's leaderboard run in one worker: the module fixture is computed once, not once per worker.
+STUDY_GROUP = pytest.mark.xdist_group("leaderboard_study")
+
+
 @pytest.fixture(scope="module")
 def study_rows(tmp_path_factory):
     out = tmp_path_factory.mktemp("leaderboard")
@@ -34,6 +38,7 @@ def study_rows(tmp_path_factory):
         return out, list(csv.DictReader(fh))
 
 
+@STUDY_GROUP
 def test_numbers_are_the_cells_own(study_rows):
     _, rows = study_rows
     row = next(r for r in rows if r["method"] == "pspo" and r["tag"] == "")
@@ -53,6 +58,7 @@ def test_numbers_are_the_cells_own(study_rows):
     assert float(row["preservation"]) == pytest.approx(sum(held) / 10, abs=1e-12)
 
 
+@STUDY_GROUP
 def test_holm_adjustment_and_groups(study_rows):
     _, rows = study_rows
     tested = [r for r in rows if r["tag"] == "" and r["method"] != "clip"]
@@ -84,6 +90,7 @@ def test_holm_adjustment_and_groups(study_rows):
         assert 1 <= int(r["rank_low"]) <= int(r["rank_high"]) <= 7
 
 
+@STUDY_GROUP
 def test_markdown_marks_clipped_intervals_and_lists_hyperparameters(study_rows):
     out, _ = study_rows
     text = (out / "leaderboard.md").read_text()

@@ -15,6 +15,9 @@ from pspo_repro.analysis import scale
 
 GAPS = {"small": 0.0, "mid": 0.2, "big": 0.4, "mid_general": 0.0}
 
+# One worker runs the module: the toy ladder (the module fixture) is built once.
+pytestmark = pytest.mark.xdist_group("toy_ladder")
+
 
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
