@@ -125,7 +125,8 @@ def test_preempted_training_job_resumes_from_its_checkpoint(slurm_env, tmp_path,
     results = tmp_path / "results"
     env = dict(slurm_env, PSPO_RESULTS_DIR=str(results), PSPO_LOG_DIR=str(tmp_path / "logs"))
     env.update(PSPO_DATA_DIR=str(data_dir), WANDB_MODE="disabled")
-    overrides = ["model=tiny", "logger=none", "reward=smoke_length", "trainer.max_steps=60"]
+    # 40 steps: the signal lands ~2 steps in (the first complete checkpoint), ~35 steps (~20 s) before the end
+    overrides = ["model=tiny", "logger=none", "reward=smoke_length", "trainer.max_steps=40"]
     overrides += ["trainer.eval_steps=null", "trainer.save_steps=2", "trainer.disable_tqdm=true"]
     cmd = [sys.executable, "-m", "pspo_repro.train", "-m", *overrides, "method=noclip", "seed=0", *LAUNCH]
     driver = subprocess.Popen(
@@ -155,12 +156,12 @@ def test_preempted_training_job_resumes_from_its_checkpoint(slurm_env, tmp_path,
     assert driver.returncode == 0, err[-3000:]
     (run,) = results.glob("runs/tiny/noclip/seed0*/run.json")
     info = json.loads(run.read_text())
-    assert info["status"] == "finished" and info["final_step"] == 60
+    assert info["status"] == "finished" and info["final_step"] == 40
     job_log = "".join(p.read_text() for p in (tmp_path / "logs").rglob("*_log.err"))
     assert "Caught signal SIGUSR2" in job_log, job_log[-3000:]
     assert info["resumed_from"] and "checkpoint-" in info["resumed_from"], job_log[-3000:]
     steps = [json.loads(line)["step"] for line in (run.parent / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, 61))  # resumed rows replace the lost ones, no duplicates
+    assert steps == list(range(1, 41))  # resumed rows replace the lost ones, no duplicates
 
 
 def test_mini_pipeline_rl_grid_through_the_slurm_launcher(slurm_env, tmp_path):  # noqa: F811
