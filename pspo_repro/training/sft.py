@@ -98,8 +98,11 @@ def num_parameters(arch: dict[str, Any]) -> int:
     import torch
     from transformers import Qwen2ForCausalLM
 
+    # The config first, outside the meta device: on a fresh clone it builds and saves the tiny model (real
+    # tensors), which under the meta device fails ("Cannot copy out of meta tensor").
+    config = arch_config(arch)
     with torch.device("meta"):
-        model = Qwen2ForCausalLM(arch_config(arch))
+        model = Qwen2ForCausalLM(config)
     return sum(p.numel() for p in model.parameters())
 
 
