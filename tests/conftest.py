@@ -15,7 +15,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One torch thread in every command a test starts, too: two xdist workers already fill the two cores, and a
-# two-thread child beside them spends its cycles in OpenMP's spin-waits (measured: 20% less CPU on the
+# two-thread child beside them spends its cycles in OpenMP's spin-waits (measured: 18% less CPU on the
 # fault, gpu_check and rehearse files). Tests of the thread setting pass their own value.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

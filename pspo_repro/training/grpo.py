@@ -351,8 +351,8 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         overrides = _hydra_overrides()
     plan = _plan_run(cfg, overrides)
     # A finished run is reported before the tokenizer and TRL load: rerunning a finished grid costs each job
-    # ~1 s instead of ~6. A finished run.json is final, so it is safe to read without the lock; a run in any
-    # other state is read again under the lock below.
+    # ~3 CPU s instead of ~6. A finished run.json is final, so it is safe to read without the lock; a run in
+    # any other state is read again under the lock below.
     if _finished_already(plan, read_run_json(plan.folder)):
         return plan.folder
     prepared = None if cfg.get("dry_run") else _prepare_and_lock(cfg, plan, locks)
