@@ -123,6 +123,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-checkpoints", action="store_true", help="do not delete evaluated checkpoints")
     p.add_argument("--hard-s", type=float, default=None, help="stop starting stages after this many seconds")
     args = p.parse_args(argv)
+    # Training and the GSM8K cell read the offline data: without it every stage would fail, each after its
+    # model had been built. Checked before anything runs.
+    data = os.environ.get("PSPO_DATA_DIR")
+    if not data or not (Path(data) / "gsm8k").is_dir():
+        p.error(f"PSPO_DATA_DIR={data!r} is not the offline data folder (../shared/data, with gsm8k/ in it)")
     rehearse = ROOT / "results" / "rehearse"
     if args.scratch is None:
         args.scratch = rehearse / ("scratch_dry" if args.dry_run else "scratch")

@@ -51,6 +51,20 @@ def test_bad_method_exits_with_usage(capsys):
     assert exc.value.code == 2 and "allowed: clip, noclip, pspo, clip_as_run" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", [None, "{tmp}/nowhere"])
+def test_missing_data_folder_exits_with_usage_before_anything_runs(value, tmp_path, monkeypatch, capsys):
+    if value is None:
+        monkeypatch.delenv("PSPO_DATA_DIR", raising=False)
+    else:
+        monkeypatch.setenv("PSPO_DATA_DIR", value.format(tmp=tmp_path))
+    with pytest.raises(SystemExit) as exit_:
+        rh.parse_args(["--dry-run", "--scratch", str(tmp_path / "scratch")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("rehearse.py: error: PSPO_DATA_DIR=") and "offline data folder" in err
+    assert not (tmp_path / "scratch").exists()
+
+
 def test_checkpoint_facts_read_the_safetensors_header(tmp_path):
     import torch
     from safetensors.torch import save_file
