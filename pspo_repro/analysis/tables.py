@@ -14,7 +14,13 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from pspo_repro.analysis.results_io import ResultsError, is_authors_metric, is_proportion, prompt_values
+from pspo_repro.analysis.results_io import (
+    GROUP_KEYS,
+    ResultsError,
+    is_authors_metric,
+    is_proportion,
+    prompt_values,
+)
 from pspo_repro.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     Interval,
@@ -180,9 +186,6 @@ def wilson_refusal(metric: str) -> str:
     )
 
 
-CELL_GROUP = ["model", "method", "tag", "dataset", "temperature"]
-
-
 def cell_intervals(
     long: pd.DataFrame, ci: str, confidence: float
 ) -> dict[tuple, tuple[Interval, tuple[int, ...]]]:
@@ -193,7 +196,7 @@ def cell_intervals(
     # Positions of each group in a frame sorted by seed, read as arrays: building a DataFrame per group (pandas'
     # groupby iteration) was half of this function's time on small tables.
     ordered = long.sort_values("seed", kind="stable")
-    groups = ordered.groupby(CELL_GROUP, sort=True).indices
+    groups = ordered.groupby(list(GROUP_KEYS), sort=True).indices
     values, seeds = ordered["value"].to_numpy(), ordered["seed"].to_numpy()
     metrics = ordered["metric"].to_numpy()
     all_prompts = ordered["prompts"].to_numpy(dtype=float) if ci == "wilson_pooled" else None
