@@ -153,9 +153,10 @@ def cell_problem(cell: dict[str, Any], recomputed: dict[str, float] | None = Non
 # Per-sample list checks: field -> (whole-list check, per-entry check). The whole-list check accepts only lists
 # every entry of which passes the per-entry one (plain ints, floats, str, None; bools and other subclasses fall
 # through to the per-entry scan, which names the first bad entry).
+_FLAG_CHECKS = (lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1}, lambda x: _is_int(x) and x in (0, 1))
 _SAMPLE_CHECKS = {
-    "reward_flags": (lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1}, lambda x: _is_int(x) and x in (0, 1)),
-    "true_flags": (lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1}, lambda x: _is_int(x) and x in (0, 1)),
+    "reward_flags": _FLAG_CHECKS,
+    "true_flags": _FLAG_CHECKS,
     "lengths": (lambda v: set(map(type, v)) <= {int} and (not v or min(v) >= 0), lambda x: _is_int(x) and x >= 0),
     "rewards": (lambda v: set(map(type, v)) <= {int, float} and all(map(math.isfinite, v)), _is_num),
     "answers": (lambda v: set(map(type, v)) <= {str, type(None)}, lambda x: x is None or isinstance(x, str)),
