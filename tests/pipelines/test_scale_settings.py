@@ -61,6 +61,19 @@ def test_rung_config_runs_the_headline_grid():
     assert sum(len(mini._points(g)) * len(mini.group_seeds(cfg, g)) for g in tuned) == 4 * 3
 
 
+def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
+    # The paper's numerics (fp32 master weights, bf16 matmuls) in every RL job; the mini's experiments stay fp32.
+    cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
+    experiments = {str(g.get("experiment") or cfg.rl.experiment) for g in cfg.rl.groups}
+    assert experiments == {"scale", "scale_offpolicy"}
+    for name, base in (("scale", "mini"), ("scale_offpolicy", "mini_offpolicy")):
+        run = compose_config(PROJECT_ROOT / "conf", "train", [f"experiment={name}"])
+        ref = compose_config(PROJECT_ROOT / "conf", "train", [f"experiment={base}"])
+        assert run.trainer.bf16 is True and ref.trainer.bf16 == "auto"
+        run.trainer.bf16 = "auto"
+        assert run == ref  # bf16 is the only difference from the mini's regime
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
