@@ -9,7 +9,7 @@ phase with the wall clock over ``--steps`` optimizer steps after ``--warmup``. T
 in one process on the same initial weights, their steps interleaved, and tokens/s counts the prompt and
 completion tokens each step trains on. "before": TRL's fused LM head (every run until issue 34); "after":
 ``trainer.logprob_head=plain`` (the CPU default since); "after+bf16": also bf16 autocast (the paper's
-numerics; not the CPU default).
+numerics; not the CPU default, but every RL run of the model-size ladder's: conf/experiment/scale.yaml).
 
     PSPO_DATA_DIR=../shared/data .venv/bin/python scripts/bench_rl_step.py [--rungs 128x2,256x4] [--steps 4]
 """

@@ -24,6 +24,7 @@ from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.pipelines.mini import _read_record
+from pspo_repro.training.precision import EMULATED_BF16, native_bf16_cpu
 
 
 class ScaleError(RuntimeError):
@@ -117,6 +118,8 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     previous = (_read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
     t_all = time.time()
+    if (only is None or only) and not native_bf16_cpu():  # the rungs' RL runs: conf/experiment/scale.yaml
+        print(f"[scale] warning: the ladder's RL runs train under {EMULATED_BF16}", file=sys.stderr, flush=True)
     for i, base in enumerate(ladder):
         if only is not None and base.name not in only:
             continue

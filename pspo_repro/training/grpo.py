@@ -38,6 +38,7 @@ from pspo_repro.common.run_dir import (
     truncate_metrics,
     write_run_json,
 )
+from pspo_repro.training.precision import EMULATED_BF16, native_bf16_cpu
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
     lr_token_budget,
@@ -163,6 +164,8 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
 
     t = cfg.trainer
     bf16 = use_cuda if t.bf16 == "auto" else bool(t.bf16)
+    if bf16 and not use_cuda and not native_bf16_cpu():
+        log.warning(EMULATED_BF16)
     do_eval = bool(t.eval_steps)
     report_to = ["wandb"] if cfg.logger.name == "wandb" else []
     kwargs: dict[str, Any] = dict(

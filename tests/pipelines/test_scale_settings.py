@@ -108,6 +108,17 @@ def test_bad_setting_exits_2_and_writes_nothing(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_ladder_names_emulated_bf16_before_its_rungs(tmp_path, monkeypatch, capsys, native):
+    # The ladder's RL runs train under bf16 autocast; a CPU that emulates bf16 is told up front, once.
+    monkeypatch.setattr(scale, "native_bf16_cpu", lambda: native)
+    monkeypatch.setattr(scale.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    with pytest.raises(scale.ScaleError, match="rung h64_l2 failed"):
+        scale.run_ladder(_compose([f"root={tmp_path / 's'}"]))
+    err = capsys.readouterr().err
+    assert err.count("without AVX512-BF16 or AMX") == (0 if native else 1), err
+
+
 def test_failed_rung_is_named_with_its_logs(tmp_path, monkeypatch):
     calls = []
 

@@ -113,3 +113,26 @@ def test_bf16_autocast_on_cpu_keeps_fp32_weights_and_moves_them(tiny_model_dir, 
     bf16 = changed_fraction(start, {n: t.detach() for n, t in low.items()}, probe.grads)
     print(f"changed after one AdamW step at lr 1e-6: fp32 {fp32:.1%}, bf16 {bf16:.1%}")
     assert bf16 < 0.5, f"{bf16:.1%} of bf16 weights changed: the test would not tell the dtypes apart"
+
+
+@pytest.mark.parametrize(("avx512_bf16", "amx", "machine", "warned"), [
+    (False, False, "x86_64", True),    # AVX512 without BF16 (or AVX2): oneDNN emulates bf16, 1.6x slower
+    (True, False, "x86_64", False),
+    (False, True, "x86_64", False),
+    (False, False, "aarch64", False),  # not judged on other architectures
+])  # fmt: skip
+def test_bf16_autocast_on_a_cpu_without_native_bf16_is_named(tmp_path, monkeypatch, caplog, avx512_bf16, amx, machine,
+                                                             warned):  # fmt: skip
+    import platform
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    folder = tmp_path / "runs" / "tiny" / "pspo" / "seed0"
+    for bf16 in (True, False):
+        cfg = _compose(["model=tiny", f"trainer.bf16={str(bf16).lower()}"])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="pspo_repro.train"):
+            args = train._grpo_config(cfg, folder, train.validate(cfg), use_cuda=False)
+        assert args.bf16 is bf16  # a warning, never a silent switch to fp32
+        assert ("without AVX512-BF16 or AMX" in caplog.text) is (warned and bf16), caplog.text
