@@ -24,7 +24,7 @@ from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.pipelines.mini import _read_record
-from pspo_repro.training.precision import EMULATED_BF16, native_bf16_cpu
+from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
 
 
 class ScaleError(RuntimeError):

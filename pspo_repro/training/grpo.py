@@ -38,7 +38,6 @@ from pspo_repro.common.run_dir import (
     truncate_metrics,
     write_run_json,
 )
-from pspo_repro.training.precision import EMULATED_BF16, native_bf16_cpu
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
     lr_token_budget,
@@ -161,6 +160,8 @@ def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None
 
 def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
     from trl import GRPOConfig
+
+    from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
 
     t = cfg.trainer
     bf16 = use_cuda if t.bf16 == "auto" else bool(t.bf16)

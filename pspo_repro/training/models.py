@@ -156,3 +156,22 @@ def save_random_init(model, tokenizer, run_folder: Path) -> Path:
     model.config.name_or_path = str(target)
     model.name_or_path = str(target)  # a plain attribute in transformers 5 (copied from the config at init)
     return target
+
+
+EMULATED_BF16 = (
+    "bf16 autocast on a CPU without AVX512-BF16 or AMX: its bf16 matmuls are emulated, and the RL step ran "
+    "1.6x slower than fp32 (docs/benchmarks.md, 'The RL step across model sizes'); trainer.bf16=false "
+    "trains in fp32, with other numerics"
+)
+
+
+def native_bf16_cpu() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (x86 AVX512-BF16 or AMX; other architectures are not
+    judged: True). Without it oneDNN emulates bf16 GEMMs and autocast costs time instead of saving it."""
+    import platform
+
+    import torch
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return True
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())

@@ -13,25 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-EMULATED_BF16 = (
-    "bf16 autocast on a CPU without AVX512-BF16 or AMX: its bf16 matmuls are emulated, and the RL step ran "
-    "1.6x slower than fp32 (docs/benchmarks.md, 'The RL step across model sizes'); trainer.bf16=false "
-    "trains in fp32, with other numerics"
-)
-
-
-def native_bf16_cpu() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (x86 AVX512-BF16 or AMX; other architectures are not
-    judged: True). Without it oneDNN emulates bf16 GEMMs and autocast costs time instead of saving it."""
-    import platform
-
-    import torch
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return True
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
 # Overrides that make a short, self-contained run: no validation, no checkpoints, no budget, and a reward
 # that varies within a group on any model (random weights never solve a problem, and their completions all
 # run to the length limit).
