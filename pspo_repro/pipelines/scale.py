@@ -159,15 +159,18 @@ def ladder_spec(ladder: list[Base]) -> list[dict[str, Any]]:
     return [{"name": b.name, "arch": b.arch, "general_of": b.general_of, "sft": b.sft} for b in ladder]
 
 
-def agreement_lines(root: Path, ladder: list[Base]) -> list[str]:
-    """Each rung's comparison with its committed copy, as the mini printed it (its timings.json)."""
+def agreement_lines(root: Path, ladder: list[Base], ran: set[str] | None = None) -> list[str]:
+    """Each rung's comparison with its committed copy, as the mini printed it (its timings.json). A rung not in
+    ``ran`` (None: every rung ran) did not run now: its line is the record of its last run, and says so (a
+    committed rung's record compares that run with the copy before it)."""
     from pspo_repro.pipelines import mini_committed
 
     lines = []
     for b in ladder:
         vs = (_read_record(root / b.name / "timings.json") or {}).get("vs_committed")
         if isinstance(vs, dict):
-            lines.append(f"  {b.name}: {mini_committed.describe_agreement(vs['agreement'])}")
+            when = "" if ran is None or b.name in ran else " (not run now; the record of its last run)"
+            lines.append(f"  {b.name}{when}: {mini_committed.describe_agreement(vs['agreement'])}")
     return lines
 
 
@@ -196,7 +199,8 @@ def main(cfg: DictConfig) -> None:
               f"{cpu if cpu is not None else float('nan'):>7.1f} s CPU (its stages, whenever they ran)")  # fmt: skip
     print(f"  total {timings['total_seconds']:.1f} s wall, {timings['total_cpu_seconds']:.1f} s CPU; "
           f"this invocation {timings['this_invocation_seconds']:.1f} s")
-    print("\n".join(agreement_lines(root, bases(cfg))))
+    ran = None if cfg.get("only") is None else set(map(str, cfg.only))
+    print("\n".join(agreement_lines(root, bases(cfg), ran)))
     table = root / "scale.md"
     if table.is_file():
         print("\n" + table.read_text(), flush=True)

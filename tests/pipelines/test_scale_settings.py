@@ -119,6 +119,19 @@ def test_ladder_names_emulated_bf16_before_its_rungs(tmp_path, monkeypatch, caps
     assert err.count("without AVX512-BF16 or AMX") == (0 if native else 1), err
 
 
+def test_agreement_of_a_rung_not_run_now_is_labelled_as_its_record(tmp_path):
+    # `only=[a]` recomputes one rung; the others' lines come from their last runs (committed timings.json).
+    from pspo_repro.common.atomic import write_json
+
+    report = {"groups": 4, "alpha": 0.05, "disagree": [], "only_one_side": ["x"], "min_p_holm": 1.0}
+    for name in ("a", "b"):
+        write_json(tmp_path / name / "timings.json", {"vs_committed": {"agreement": report}})
+    ladder = [scale.Base(name=n, arch={}) for n in ("a", "b")]
+    lines = scale.agreement_lines(tmp_path, ladder, ran={"a"})
+    assert lines[0].startswith("  a: does NOT agree") and lines[1].startswith("  b (not run now; the record of its last run): ")
+    assert all(": does NOT agree" in line for line in scale.agreement_lines(tmp_path, ladder))
+
+
 def test_failed_rung_is_named_with_its_logs(tmp_path, monkeypatch):
     calls = []
 
