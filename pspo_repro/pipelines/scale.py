@@ -93,6 +93,11 @@ def sft_overrides(base: Base) -> list[str]:
     return out + [f"{k}={v}" for k, v in base.sft.items()]
 
 
+def only_rungs(cfg: DictConfig) -> set[str] | None:
+    """The rungs ``only`` names (None: every rung), the ones this invocation runs."""
+    return None if cfg.get("only") is None else set(map(str, cfg.only))
+
+
 def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
     """``python -m pspo_repro.mini --config-name <rung_config>`` for one base, in ``<root>/<name>``."""
     quoted = ",".join(f"'{o}'" for o in sft_overrides(base))
@@ -113,7 +118,7 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
         raise ScaleError(f"rung_config={cfg.rung_config!r}: no conf/{cfg.rung_config}.yaml")
     ladder = bases(cfg)
     root = scale_root(cfg)
-    only = set(map(str, cfg.only)) if cfg.get("only") is not None else None
+    only = only_rungs(cfg)
     timings_path = root / "timings.json"
     previous = (_read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
@@ -199,8 +204,7 @@ def main(cfg: DictConfig) -> None:
               f"{cpu if cpu is not None else float('nan'):>7.1f} s CPU (its stages, whenever they ran)")  # fmt: skip
     print(f"  total {timings['total_seconds']:.1f} s wall, {timings['total_cpu_seconds']:.1f} s CPU; "
           f"this invocation {timings['this_invocation_seconds']:.1f} s")
-    ran = None if cfg.get("only") is None else set(map(str, cfg.only))
-    print("\n".join(agreement_lines(root, bases(cfg), ran)))
+    print("\n".join(agreement_lines(root, bases(cfg), only_rungs(cfg))))
     table = root / "scale.md"
     if table.is_file():
         print("\n" + table.read_text(), flush=True)

@@ -30,13 +30,13 @@ def test_ladder_spans_ten_times_in_parameters():
     assert general[0].sft == {"data.n_train": 500, "data.heldout_n_train": 2000}
 
 
-
 def test_parameter_count_on_a_fresh_cache_builds_the_tiny_model_first(tmp_path, monkeypatch):
     """On a fresh clone the tiny model (the config every rung starts from) is not built yet: counting a rung's
     parameters builds it, outside the meta device (under it, saving the weights failed: CI, session 14)."""
     monkeypatch.setenv("PSPO_CACHE_DIR", str(tmp_path / "cache"))
     assert num_parameters(full_arch({})) == 446_464  # the mini's SFT model (results/scale/scale.md)
     assert list((tmp_path / "cache").rglob("model.safetensors"))
+
 
 def test_rung_command(tmp_path):
     cfg = _compose(["rung_args=['parallel=1']"])
