@@ -73,7 +73,7 @@ from pspo_repro.analysis.claims_spec import (  # noqa: F401 (KINDS, load_spec, l
 from pspo_repro.analysis.regime import rows_stats
 from pspo_repro.analysis.results_io import eval_long, load_eval_cells, prompt_values, runs_frames
 from pspo_repro.analysis.run_records import RunRecord, read_runs
-from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
+from pspo_repro.analysis.stats import Interval, clip_interval, holm, paired_comparison, t_interval
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
 from pspo_repro.common.atomic import write_set
@@ -526,19 +526,6 @@ def one_sided_t(values: list[float], bound: float, greater: bool) -> float:
         holds = x[0] > bound if greater else x[0] < bound
         return 0.0 if holds else 1.0
     return float(scipy.stats.ttest_1samp(x, bound, alternative="greater" if greater else "less").pvalue)
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (statsmodels), in the input order; NaN stays NaN."""
-    from statsmodels.stats.multitest import multipletests
-
-    idx = [i for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)]
-    out = [math.nan] * len(pvalues)
-    if idx:
-        adj = multipletests([pvalues[i] for i in idx], alpha=ALPHA, method="holm")[1]
-        for i, a in zip(idx, adj, strict=True):
-            out[i] = float(a)
-    return out
 
 
 def _margin(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[float, str]:

@@ -57,7 +57,7 @@ from pspo_repro.analysis.knobs import Knobs, method_knobs, run_method_configs
 from pspo_repro.analysis.ranking import equivalence_classes, rank_intervals
 from pspo_repro.analysis.regime import mean_finite, rows_stats
 from pspo_repro.analysis.results_io import prompt_values
-from pspo_repro.analysis.stats import Interval, clip_interval, paired_comparison, t_interval
+from pspo_repro.analysis.stats import Interval, clip_interval, holm, paired_comparison, t_interval
 from pspo_repro.analysis.step_norms import StepNorms, step_norms
 from pspo_repro.analysis.tables import CLIPPED
 from pspo_repro.common.atomic import write_set
@@ -196,8 +196,6 @@ def regime_rows(
     rec: Records, tag: str, reference: str, confidence: float, alpha: float, title: str = ""
 ) -> Regime:
     """One row per method of the runs tagged ``tag``: the leaderboard's numbers (module docstring)."""
-    from statsmodels.stats.multitest import multipletests
-
     e = rec.evals
     if e.empty:
         raise ValueError(f"no evaluation cells under {rec.root / 'eval'}")
@@ -257,7 +255,7 @@ def regime_rows(
             )
     tested = [r for r in rows if r["paired"] is not None and not math.isnan(r["paired"].p_value)]
     if tested:
-        adjusted = multipletests([r["paired"].p_value for r in tested], alpha=alpha, method="holm")[1]
+        adjusted = holm([r["paired"].p_value for r in tested])
         for r, p in zip(tested, adjusted, strict=True):
             r["p_holm"] = float(p)
             r["group"] = "=" if p >= alpha else (">" if r["paired"].diff > 0 else "<")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pspo_repro.analysis import claims as C
-from pspo_repro.analysis.stats import Interval
+from pspo_repro.analysis.stats import Interval, holm
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
@@ -209,7 +209,7 @@ def ladder_holm(rungs: list[Rung], c13: dict[str, Any]) -> float:
     for row in c13.values():
         if row["key"]:
             family.append((row, row["p"]))
-    adj = C.holm([p for _, p in family])
+    adj = holm([p for _, p in family])
     for (obj, _), pa in zip(family, adj, strict=True):
         if "key_test" in obj:
             obj["p_ladder"], obj["verdict_ladder"] = pa, C.decide(obj["key_test"], pa)
