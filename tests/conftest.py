@@ -77,9 +77,14 @@ def entry_main():
     return resolve
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs 2 workers with ``--dist loadgroup``), the tests that submit to
-    the one local Slurm cluster run in one worker, one after another, as they did before."""
+    the one local Slurm cluster run in one worker, one after another, as they did before.
+
+    First among the hooks: pytest-xdist's worker reads the ``xdist_group`` marks in its own hook, which runs
+    before this file's otherwise (this conftest is registered before the worker's plugin, and pluggy calls
+    the last registered first), so the Slurm tests were split over the workers by file."""
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))

@@ -79,6 +79,14 @@ def _attempts(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
 
 
+def test_slurm_tests_share_one_worker(request):
+    """Under ``--dist loadgroup`` (``make test``) every Slurm test is in xdist group ``slurm`` (its node id ends
+    in ``@slurm``), so they take turns on the one local node; a conftest hook that ran after pytest-xdist's
+    read of the marks once split them over the workers by file."""
+    grouped = bool(getattr(request.config.option, "loadgroup", False))
+    assert request.node.nodeid.endswith("@slurm") == grouped, request.node.nodeid
+
+
 def test_multirun_is_one_array_and_completes(slurm_env, tmp_path):
     r = run_app(slurm_env, tmp_path, "x=1,2,3")
     assert r.returncode == 0, r.stderr
