@@ -70,8 +70,14 @@ def test_rewrite_is_identical(ladder):
     assert {n: (root / n).read_bytes() for n in scale.OUTPUTS} == before
 
 
-def test_missing_rung_and_equal_sizes(ladder):
+def test_missing_rung_and_equal_sizes(ladder, monkeypatch):
+    """Refused before any rung's records are read (the reading is the slow part)."""
     root, spec, _, _ = ladder
+
+    def read(folder):
+        raise AssertionError(f"records of {folder} read before the ladder's shape was checked")
+
+    monkeypatch.setattr(scale.C.Records, "read", staticmethod(read))
     with pytest.raises(ValueError, match="rung nowhere: no results folder"):
         scale.read_ladder(root, [*spec, {"name": "nowhere", "arch": {}}])
     same = [dict(spec[0]), {**spec[1], "arch": spec[0]["arch"]}]
