@@ -163,6 +163,19 @@ _SAMPLE_CHECKS = {
 }
 
 
+# A record's count or flag, the per-sample lists (or count) it is derived from, and the derivation (record, n).
+_DERIVED = (
+    ("reward_correct", ("reward_flags",), lambda r, n: sum(r["reward_flags"])),
+    ("true_correct", ("true_flags",), lambda r, n: sum(r["true_flags"])),
+    ("authors_correct", ("rewards",), lambda r, n: sum(x > 0.5 for x in r["rewards"])),
+    ("authors_reward_mean", ("rewards",), lambda r, n: sum(r["rewards"]) / n),
+    ("mean_length", ("lengths",), lambda r, n: sum(r["lengths"]) / n),
+    ("reward_maj", ("answers", "reward_flags"),
+     lambda r, n: int(majority_vote(r["answers"], [bool(f) for f in r["reward_flags"]]))),
+    ("true_maj", ("true_correct",), lambda r, n: int(2 * r["true_correct"] > n)),
+)  # fmt: skip
+
+
 def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
     """Why one per-prompt record is inconsistent (None: it is not): counts in range, and every count and
     flag equal to what the per-sample lists give where the record holds them (as ``per_prompt_row`` makes
@@ -192,21 +205,9 @@ def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
         bad = next((x for x in values if not ok(x)), _NONE)
         if bad is not _NONE:
             return f"{field} holds {bad!r}"
-    derived = {
-        "reward_correct": lambda: sum(r["reward_flags"]),
-        "true_correct": lambda: sum(r["true_flags"]),
-        "authors_correct": lambda: sum(x > 0.5 for x in r["rewards"]),
-        "authors_reward_mean": lambda: sum(r["rewards"]) / n,
-        "mean_length": lambda: sum(r["lengths"]) / n,
-        "reward_maj": lambda: int(majority_vote(r["answers"], [bool(f) for f in r["reward_flags"]])),
-        "true_maj": lambda: int(2 * r["true_correct"] > n),
-    }
-    needs = {"reward_correct": ("reward_flags",), "true_correct": ("true_flags",), "authors_correct": ("rewards",),
-             "authors_reward_mean": ("rewards",), "mean_length": ("lengths",),
-             "reward_maj": ("answers", "reward_flags"), "true_maj": ("true_correct",)}  # fmt: skip
-    for field, value in derived.items():
-        if field in r and all(x in r for x in needs[field]):
-            expect = value()
+    for field, needs, value in _DERIVED:
+        if field in r and all(x in r for x in needs):
+            expect = value(r, n)
             if not math.isclose(r[field], expect, rel_tol=_RECOMPUTE_TOL, abs_tol=_RECOMPUTE_TOL):
                 return f"{field}={r[field]!r} but its per-sample lists give {expect:.6g}"
     if "grading_error" in r and not isinstance(r["grading_error"], str):

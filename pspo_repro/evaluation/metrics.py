@@ -106,25 +106,28 @@ def has_samples(row: dict[str, Any]) -> bool:
     return all(f in row for f in SAMPLE_FIELDS)
 
 
+_KINDS = ("reward", "true", "authors")
+
+
 def prompt_value(row: dict[str, Any], metric: str) -> float | None:
     """One prompt's contribution to a cell metric (the cell value is the mean over prompts, NaN excluded).
 
     None when the row lacks what the metric needs. ``reward_corr`` is not a mean over prompts: ValueError.
     """
     n = int(row["n"])
-    for kind in ("reward", "true", "authors"):
+    # Dispatch on the metric's kind prefix once (analysis calls this for every prompt of every cell).
+    kind, sep, what = metric.partition("_")
+    if sep and kind in _KINDS:
         if kind == "authors" and "authors_correct" not in row:
-            if metric.startswith("authors_"):
-                return None
-            continue
-        if metric == f"{kind}_acc":
+            return None
+        if what == "acc":
             return row[f"{kind}_correct"] / n
-        if metric.startswith(f"{kind}_pass@"):
+        if what.startswith("pass@"):
             k = int(metric.split("@", 1)[1])
             return pass_at_k(n, int(row[f"{kind}_correct"]), k) if k <= n else None
-        if metric == f"{kind}_maj":
-            return float(row[f"{kind}_maj"]) if f"{kind}_maj" in row else None
-        if metric == f"{kind}_best_of_n":
+        if what == "maj":
+            return float(row[metric]) if metric in row else None
+        if what == "best_of_n":
             return float(row[f"{kind}_correct"] > 0)
     if metric == "mean_length":
         return float(row["mean_length"])
