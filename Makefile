@@ -23,9 +23,10 @@ export WANDB_MODE ?= offline
 env:
 	@bash scripts/setup_env.sh
 
-# Two pytest-xdist workers on the 2-core machine (docs/benchmarks.md: the suite's time); the Slurm tests
-# share one worker (tests/conftest.py). PYTEST_WORKERS=0 runs in one process.
-PYTEST_WORKERS ?= 2
+# Three pytest-xdist workers on the 2-core machine (docs/benchmarks.md: the suite's time): the Slurm tests
+# share one worker (tests/conftest.py), which mostly waits on their jobs, and two run the rest beside it.
+# PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 3
 PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: env

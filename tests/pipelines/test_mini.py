@@ -190,7 +190,9 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     for ckpt in root.glob("runs/**/checkpoint-*"):  # checkpoints are not committed either
         shutil.rmtree(ckpt)
     capsys.readouterr()
-    timings = mini.run_pipeline(cfg)
+    # One process per evaluation kind this time (parallel is no part of a stage's fingerprint or its
+    # numbers; it saves two interpreters of ~5 CPU s each).
+    timings = mini.run_pipeline(_compose([f"root={root}", *SMOKE, "parallel=1"]))
     out = capsys.readouterr().out
     assert "done already" not in out
     assert (root / "work" / "committed" / "runs").is_dir() and (root / "work" / "sft" / "model").is_dir()
@@ -223,6 +225,9 @@ def test_leaderboard_smoke_end_to_end(tmp_path):
         f"eval.tags=[{stale}]",
         f"aggregate.regime.regime_reuse={stale}",
         f"aggregate.leaderboard.offpolicy_tag={stale}",
+        # One evaluation process per kind instead of two: each pays ~5 CPU s of imports, the test's own
+        # subject is the leaderboard (the mini's two at once are test_reduced_pipeline_end_to_end's).
+        "parallel=1",
     ]
     cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", overrides)
     mini.run_pipeline(cfg)
