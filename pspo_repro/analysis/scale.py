@@ -111,22 +111,20 @@ def read_ladder(root: Path, ladder: list[dict[str, Any]], spec: Path = SPEC) -> 
 
     checked = C.read_spec(spec)
     # The ladder's shape first (folders, distinct sizes): a bad one is refused before any record is read.
-    params = {}
-    for b in ladder:
-        folder = root / str(b["name"])
-        if not folder.is_dir():
-            raise ValueError(f"rung {b['name']}: no results folder {folder} (run its pipeline: make scale)")
-        params[str(b["name"])] = num_parameters(full_arch(dict(b["arch"])))
-    sizes = [(str(b["name"]), params[str(b["name"])]) for b in ladder if not b.get("general_of")]
+    names = [str(b["name"]) for b in ladder]
+    for name in names:
+        if not (root / name).is_dir():
+            raise ValueError(f"rung {name}: no results folder {root / name} (run its pipeline: make scale)")
+    params = [num_parameters(full_arch(dict(b["arch"]))) for b in ladder]
+    sizes = [(n, p) for n, p, b in zip(names, params, ladder, strict=True) if not b.get("general_of")]
     if len({p for _, p in sizes}) != len(sizes):
         raise ValueError(f"rungs of equal size: {', '.join(f'{n} {p}' for n, p in sizes)}")
     out = []
-    for b in ladder:
-        rec = C.Records.read(root / str(b["name"]))
-        rec.check_one_model(f"the ladder's rung {b['name']}")
+    for name, size, b in zip(names, params, ladder, strict=True):
+        rec = C.Records.read(root / name)
+        rec.check_one_model(f"the ladder's rung {name}")
         results = C.evaluate(rec, checked["claims"], checked.get("tuning") or {})
-        rung = Rung(str(b["name"]), params[str(b["name"])], b.get("general_of"), dict(b.get("sft") or {}), rec,
-                    results)  # fmt: skip
+        rung = Rung(name, size, b.get("general_of"), dict(b.get("sft") or {}), rec, results)
         for key, g in (("true", {"method": "baseline"}), ("held", {"method": "baseline", "dataset": "synthetic_heldout"})):
             rung.base[key] = float(rec.cells(g, "true_acc")["value"].iloc[0])
         rung.base["reward"] = float(rec.cells({"method": "baseline"}, "reward_acc")["value"].iloc[0])
