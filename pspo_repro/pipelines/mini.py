@@ -43,7 +43,7 @@ from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.run_dir import tagging_key
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.methods.registry import list_methods
-from pspo_repro.pipelines import mini_committed
+from pspo_repro.pipelines import mini_committed, warm_start
 from pspo_repro.training.sft import PROGRESS
 
 log = logging.getLogger("pspo_repro.mini")
@@ -79,7 +79,7 @@ class Job:
     cost: float = 1.0
     log: Path | None = None
     priority: int = 0  # higher first (before cost): jobs whose results unlock others
-    proc: subprocess.Popen | None = field(default=None, repr=False)
+    proc: subprocess.Popen | warm_start.WarmJob | None = field(default=None, repr=False)
 
 
 # ---------------------------------------------------------------- paths, environment, markers
@@ -192,6 +192,7 @@ def run_jobs(
     """Run ``jobs`` with at most ``parallel`` at once, highest priority then largest cost first;
     ``progress()`` -> units done. ``ready()``, when given, is asked for more jobs whenever one ends (jobs that
     waited on finished ones, e.g. the tuned runs on their sweeps), so no core idles at a phase boundary.
+    A job whose environment is the one ``warm_start.configure`` was given starts warm (``warm_start``).
 
     Each job's output goes to its log file. The first failure stops the others (their finished work
     stays on disk and is reused by a rerun) and raises StageError with the failed log's tail.
@@ -207,10 +208,7 @@ def run_jobs(
                 job.log.parent.mkdir(parents=True, exist_ok=True)
                 with open(job.log, "w") as fh:
                     fh.write("$ " + " ".join(job.cmd) + "\n")
-                    fh.flush()
-                    job.proc = subprocess.Popen(
-                        job.cmd, cwd=PROJECT_ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT
-                    )
+                job.proc = warm_start.start(job.cmd, PROJECT_ROOT, env, job.log)
                 running.append(job)
             time.sleep(WAIT_S)
             if time.monotonic() >= next_refresh:
@@ -849,8 +847,9 @@ def check_settings(cfg: DictConfig) -> list[str]:
     _positive_int("parallel", cfg.get("parallel"))
     _positive_int("threads", cfg.get("threads"))
     _positive_int("sft.threads", cfg.sft.get("threads", 1))
-    if not isinstance(cfg.get("force"), bool):
-        raise SettingsError(f"force must be true or false, got {cfg.get('force')!r}")
+    for key in ("force", "warm_start"):
+        if not isinstance(cfg.get(key), bool):
+            raise SettingsError(f"{key} must be true or false, got {cfg.get(key)!r}")
     try:
         check_file_names(cfg)
     except UnsafePathError as exc:
@@ -977,20 +976,25 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
         },
     }
     t_all = time.time()
-    for stage in (s for s in STAGES if s in wanted):
-        fp = fingerprint(cfg, stage)
-        done = None if cfg.force else stage_done(root, stage, fp)
-        if done is not None:
-            print(f"[mini] {stage}: done already ({done['seconds']:.0f} s when it ran); skipped", flush=True)
-            continue
-        t0, c0 = time.time(), _children_cpu()
-        info = STAGE_FUNCS[stage](cfg, root)
-        if stage == "sft" and reusing:
-            check_same_base(info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root)
-        rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
-        write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
-        timings["stages"][stage] = rec
-        write_json(timings_path, timings)  # each finished stage's record survives a later stage's failure
+    # The jobs with the pipeline's own environment (every one but an SFT at other sft.threads) start warm.
+    warm_start.configure(child_env(cfg, root, int(cfg.threads)) if cfg.warm_start else None)
+    try:
+        for stage in (s for s in STAGES if s in wanted):
+            fp = fingerprint(cfg, stage)
+            done = None if cfg.force else stage_done(root, stage, fp)
+            if done is not None:
+                print(f"[mini] {stage}: done already ({done['seconds']:.0f} s when it ran); skipped", flush=True)
+                continue
+            t0, c0 = time.time(), _children_cpu()
+            info = STAGE_FUNCS[stage](cfg, root)
+            if stage == "sft" and reusing:
+                check_same_base(info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root)
+            rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
+            write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
+            timings["stages"][stage] = rec
+            write_json(timings_path, timings)  # each finished stage's record survives a later stage's failure
+    finally:
+        warm_start.stop()
     timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
     timings["total_seconds"] = round(sum(s["seconds"] for s in timings["stages"].values()), 1)
     committed = mini_committed.committed_dir(root)
@@ -1008,7 +1012,7 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
 def _children_cpu() -> float:
     """CPU seconds (user + system) of finished child processes: a stage's cost whatever the neighbours do."""
     t = os.times()
-    return t.children_user + t.children_system
+    return t.children_user + t.children_system + warm_start.cpu_seconds()
 
 
 def summary(root: Path, timings: dict[str, Any]) -> str:

@@ -1,0 +1,185 @@
+"""Warm starts for a pipeline's stage jobs: ``python -m pspo_repro.<entry> ...`` forked from an interpreter that
+has already imported the ML stack (``warm_start: true`` in conf/mini.yaml, the default).
+
+A stage job in a fresh interpreter spends most of its seconds in a small run importing torch, transformers and
+TRL (4-7 CPU s per job, docs/benchmarks.md). The standard library's forkserver (``multiprocessing`` start
+method ``forkserver``, ``set_forkserver_preload``) imports them once, in a clean process started for this
+pipeline run with the jobs' own environment, and forks a copy of itself per job. The copy runs the job's
+entry point as ``python -m`` would: the same module as ``__main__``, arguments, environment, working folder,
+log file and exit status. Every job starts from the server's state right after its imports, never from
+another job's, so a job computes what it computes in a fresh interpreter (tests/pipelines/test_warm_start.py
+compares the two bit for bit).
+
+A job whose environment is not the server's (``sft.threads`` other than ``threads``: the thread count is read
+when torch loads) or whose command is not ``<this python> -m <module>`` runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import runpy
+import subprocess
+import sys
+from multiprocessing import forkserver
+from pathlib import Path
+from typing import Any
+
+# What every stage's entry point imports and takes seconds to: imported once, in the server. Only other
+# people's packages: our own modules are imported by each job, as in a fresh interpreter.
+PRELOAD = (
+    "torch",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.qwen2.modeling_qwen2",
+    "trl.trainer.grpo_trainer",
+    "datasets",
+    "hydra",
+    "omegaconf",
+    "pandas",
+    "math_verify",
+    "matplotlib.pyplot",
+    "scipy.stats",
+)
+
+_context = multiprocessing.get_context("forkserver")
+_env: dict[str, str] | None = None  # the environment a job needs to start warm (configure); None: none does
+_server_running = False
+_cpu_seconds = 0.0  # CPU of the warm jobs that have ended (they are the server's children, not ours)
+
+
+class WarmJob:
+    """A forked job seen through the calls the pipeline makes on a ``subprocess.Popen``."""
+
+    def __init__(self, process: Any, cpu_pipe: Any) -> None:
+        self._process = process
+        self._cpu_pipe = cpu_pipe
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        """The job's process id."""
+        return self._process.pid
+
+    def poll(self) -> int | None:
+        """The exit status once the job has ended (a signal's: minus its number), else None."""
+        if self.returncode is None and self._process.exitcode is not None:
+            self.returncode = self._process.exitcode
+            self._collect_cpu()
+        return self.returncode
+
+    def terminate(self) -> None:
+        """SIGTERM to the job, as ``Popen.terminate``."""
+        self._process.terminate()
+
+    def wait(self) -> int:
+        """Wait for the job to end; its exit status."""
+        self._process.join()
+        return self.poll()
+
+    def _collect_cpu(self) -> None:
+        global _cpu_seconds
+        try:
+            if self._cpu_pipe.poll():
+                _cpu_seconds += float(self._cpu_pipe.recv())
+        except (EOFError, OSError):  # killed before it could say
+            pass
+        finally:
+            self._cpu_pipe.close()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of the warm jobs that have ended (their own children included) and of the
+    running server (its imports): what their fresh interpreters would have counted as our children."""
+    pid = forkserver._forkserver._forkserver_pid
+    server = 0.0
+    if _server_running and pid is not None:
+        try:  # /proc/<pid>/stat: utime and stime are the 14th and 15th fields, in clock ticks
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):  # no /proc: the server's imports go uncounted
+            server = 0.0
+    return _cpu_seconds + server
+
+
+def configure(env: dict[str, str] | None) -> None:
+    """Jobs with exactly this environment start warm from now on (None: none does); the server starts, with
+    it, when the first of them does. A running server is stopped first."""
+    global _env
+    stop()
+    _env = dict(env) if env is not None else None
+
+
+def start(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmJob | subprocess.Popen:
+    """Start ``cmd`` with its output appended to ``log``: forked from the server when the job can be (the
+    configured environment; ``<this python> -m <module>``), else as a fresh interpreter (``subprocess.Popen``)."""
+    module = cmd[2] if len(cmd) > 2 and cmd[:2] == [sys.executable, "-m"] else None
+    if module is not None and _env is not None and env == _env:
+        return _start_warm(module, cmd[3:], cwd, env, log)
+    with open(log, "a") as fh:
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def stop() -> None:
+    """Stop the server, if one runs (the end of a pipeline run), and warm starts with it."""
+    global _env, _server_running
+    if _server_running:
+        forkserver._forkserver._stop()  # the only way to stop it; the stdlib's own tests use it
+        _server_running = False
+    _env = None
+
+
+def _start_warm(module: str, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmJob:
+    if not _server_running:
+        _start_server(env)
+    receive, send = _context.Pipe(duplex=False)
+    process = _context.Process(target=_run_module, args=(module, args, str(cwd), env, str(log), send),
+                               name=f"warm:{module}")  # fmt: skip
+    process.start()
+    send.close()  # the child holds its own end
+    return WarmJob(process, receive)
+
+
+def _start_server(env: dict[str, str]) -> None:
+    """Start the forkserver with ``env`` as its environment (what the preloaded packages read as they load)."""
+    global _server_running
+    forkserver._forkserver._stop()  # one started elsewhere in this process would have another environment
+    _context.set_forkserver_preload(list(PRELOAD))
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    _server_running = True
+
+
+def _run_module(module: str, args: list[str], cwd: str, env: dict[str, str], log: str, cpu_pipe: Any) -> None:
+    """In the forked child: become ``python -m <module> <args>`` in ``cwd`` with ``env``, output to ``log``."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # `python -m` puts the working folder first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        # What a fresh interpreter does on its way out (multiprocessing ends the child with os._exit).
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        t = os.times()
+        try:
+            cpu_pipe.send(t.user + t.system + t.children_user + t.children_system)
+        except OSError:
+            pass
