@@ -100,8 +100,14 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
     Hydra itself: compose() does not expand sweeps or load launcher plugins. ``hydra.searchpath`` is kept
     (it decides which group options exist).
     """
+    return _checked_compose(config_dir, config_name, overrides)[0]
+
+
+def _checked_compose(config_dir: Path, config_name: str, overrides: list[str]) -> tuple[str | None, Any]:
+    """(``compose_error``'s line, None) or (None, (the overrides it composed, the config with Hydra's settings));
+    (None, None) where it leaves the overrides to Hydra."""
     if any(a.startswith("-") for a in overrides):
-        return None
+        return None, None
     plain = [
         a
         for a in overrides
@@ -121,11 +127,12 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
                 if key.startswith("hydra/") and sep and value not in ("null", ""):
                     options = sorted(loader.get_group_options(key))
                     if value not in options:
-                        return f"unknown {key} {value!r}; options: {', '.join(options)}"
-            cfg = compose(config_name=config_name, overrides=plain)
+                        return f"unknown {key} {value!r}; options: {', '.join(options)}", None
+            # with Hydra's own settings (composed either way), for hydra_dir_error's first job
+            cfg = compose(config_name=config_name, overrides=plain, return_hydra_config=True)
             for arg in plain:
                 if err := _added_key_error(arg, cfg, loader):
-                    return err
+                    return err, None
     except Exception as exc:  # Hydra/OmegaConf raise several types; all are bad input here
         msg = first_line(exc)
         cause = first_line(exc.__cause__)
@@ -133,10 +140,10 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
             msg = f"{msg.rstrip('.')}: {cause}"
         if "is not in struct" in msg:
             msg += " (a typo? check the key's spelling against the config file)"
-        return f"bad override: {msg}"
+        return f"bad override: {msg}", None
     finally:
         GlobalHydra.instance().clear()
-    return None
+    return None, (plain, cfg)
 
 
 # Sections where ``+key=value`` may add a key: the method's parser names an unknown parameter itself.
@@ -190,9 +197,8 @@ def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str])
     """Exit with a one-line error when ``overrides`` hold a credential (``refuse_secret_args``), do not
     compose (see ``compose_error``) or would steer Hydra's own folders (see ``hydra_dir_error``)."""
     refuse_secret_args(overrides)
-    err = compose_error(config_dir, config_name, overrides) or hydra_dir_error(
-        config_dir, config_name, overrides
-    )
+    err, composed = _checked_compose(config_dir, config_name, overrides)
+    err = err or hydra_dir_error(config_dir, config_name, overrides, composed)
     if err:
         fail(err)
 
@@ -250,7 +256,9 @@ def _override_dirname_error(dirname: str, where: str) -> str | None:
     return None
 
 
-def hydra_dir_error(config_dir: Path, config_name: str, overrides: list[str]) -> str | None:
+def hydra_dir_error(
+    config_dir: Path, config_name: str, overrides: list[str], composed: tuple[list[str], Any] | None = None
+) -> str | None:
     """One line when a name Hydra builds its own output folder from is not a plain folder name, else None.
 
     Hydra makes ``hydra.run.dir`` (or, with ``-m``, ``hydra.sweep.dir`` and each job's ``hydra.sweep.subdir``)
@@ -260,7 +268,8 @@ def hydra_dir_error(config_dir: Path, config_name: str, overrides: list[str]) ->
     ``safe_paths.check_name``, for every job of a sweep; ``${hydra.job.override_dirname}``
     (the overrides, joined) must hold no ``..`` path component. A folder the user sets outright
     (``hydra.run.dir=/somewhere``) is theirs to choose. Configs that do not compose are left to Hydra, which
-    refuses them before it makes a folder.
+    refuses them before it makes a folder. ``composed``: (overrides, the config with Hydra's settings) already
+    composed, reused for a job with those very overrides.
     """
     from omegaconf import OmegaConf
 
@@ -271,7 +280,9 @@ def hydra_dir_error(config_dir: Path, config_name: str, overrides: list[str]) ->
     keys = (("sweep", "dir"), ("sweep", "subdir")) if multirun else (("run", "dir"),)
     cfg, refs = None, []
     for i, job in enumerate(jobs):
-        if i == 0 or any(not ref.startswith(("hydra.", "paths.")) for _, ref in refs):
+        if i == 0 and composed is not None and composed[0] == job:
+            cfg = composed[1]
+        elif i == 0 or any(not ref.startswith(("hydra.", "paths.")) for _, ref in refs):
             try:
                 cfg = compose_config(config_dir, config_name, job, return_hydra_config=True)
             except Exception:  # Hydra reports it (compose_error has, for a single run) before any folder
