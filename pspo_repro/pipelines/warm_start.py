@@ -7,8 +7,8 @@ method ``forkserver``, ``set_forkserver_preload``) imports them once, in a clean
 pipeline run with the jobs' own environment, and forks a copy of itself per job. The copy runs the job's
 entry point as ``python -m`` would: the same module as ``__main__``, arguments, environment, working folder,
 log file and exit status. Every job starts from the server's state right after its imports, never from
-another job's, so a job computes what it computes in a fresh interpreter (tests/pipelines/test_warm_start.py
-compares the two bit for bit).
+another job's, so a job computes what it computes in a fresh interpreter (the end-to-end test of
+tests/pipelines/test_mini.py recomputes its pipeline in fresh interpreters and compares, bit for bit).
 
 A job whose environment is not the server's (``sft.threads`` other than ``threads``: the thread count is read
 when torch loads) or whose command is not ``<this python> -m <module>`` runs in a fresh interpreter.
@@ -43,7 +43,10 @@ PRELOAD = (
     "scipy.stats",
 )
 
-_context = multiprocessing.get_context("forkserver")
+try:
+    _context = multiprocessing.get_context("forkserver")
+except ValueError:  # a platform without it (Windows): every job starts fresh
+    _context = None
 _env: dict[str, str] | None = None  # the environment a job needs to start warm (configure); None: none does
 _server_running = False
 _cpu_seconds = 0.0  # CPU of the warm jobs that have ended (they are the server's children, not ours)
@@ -115,7 +118,7 @@ def start(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmJob 
     """Start ``cmd`` with its output appended to ``log``: forked from the server when the job can be (the
     configured environment; ``<this python> -m <module>``), else as a fresh interpreter (``subprocess.Popen``)."""
     module = cmd[2] if len(cmd) > 2 and cmd[:2] == [sys.executable, "-m"] else None
-    if module is not None and _env is not None and env == _env:
+    if module is not None and _context is not None and _env is not None and env == _env:
         return _start_warm(module, cmd[3:], cwd, env, log)
     with open(log, "a") as fh:
         return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
