@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import re
@@ -75,6 +76,20 @@ def entry_main():
         return importlib.import_module(found.group(1)).main
 
     return resolve
+
+
+def pytest_runtest_setup(item):
+    """Before each test: collect the earlier tests' cyclic garbage, then freeze what is still alive (gc.freeze).
+
+    A full collection walks every object the collector tracks, and a worker holds torch, transformers, TRL and
+    every earlier test's survivors: ~0.3 s a collection. Each training run starts with one (transformers'
+    Trainer calls accelerate's ``free_memory``, which calls ``gc.collect()``), and Python's own
+    generation-2 collections walk the same heap. Frozen, they walk only what the running test made:
+    tests/training/test_train_slow.py 71.5 -> 52.0 s in one process. A frozen object that a later test
+    drops is freed as usual unless it sits in a reference cycle (then it stays: a few MB per worker).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(tryfirst=True)
