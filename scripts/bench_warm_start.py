@@ -23,11 +23,6 @@ from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.pipelines import warm_start
 
 
-def _children_cpu() -> float:
-    t = os.times()
-    return t.children_user + t.children_system
-
-
 def run(mode: str, n_jobs: int, limit: int, scratch: Path) -> tuple[float, float]:
     """Run ``n_jobs`` evaluations one after another; (wall s, CPU s) in all."""
     out = scratch / mode
@@ -35,7 +30,7 @@ def run(mode: str, n_jobs: int, limit: int, scratch: Path) -> tuple[float, float
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PSPO_RESULTS_DIR": str(out)}  # fmt: skip
     warm_start.configure(env if mode == "warm" else None)
-    wall0, cpu0 = time.perf_counter(), _children_cpu() + warm_start.cpu_seconds()
+    wall0, cpu0 = time.perf_counter(), warm_start.children_cpu()
     try:
         for i in range(n_jobs):
             out.mkdir(parents=True, exist_ok=True)
@@ -51,7 +46,7 @@ def run(mode: str, n_jobs: int, limit: int, scratch: Path) -> tuple[float, float
             if "wrote " not in log.read_text():
                 raise SystemExit(f"{mode} job {i} evaluated nothing; log {log}")
             shutil.rmtree(out / "eval")  # the next job evaluates again
-        cpu = _children_cpu() + warm_start.cpu_seconds() - cpu0
+        cpu = warm_start.children_cpu() - cpu0
     finally:
         warm_start.stop()
     return time.perf_counter() - wall0, cpu

@@ -985,11 +985,11 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
             if done is not None:
                 print(f"[mini] {stage}: done already ({done['seconds']:.0f} s when it ran); skipped", flush=True)
                 continue
-            t0, c0 = time.time(), _children_cpu()
+            t0, c0 = time.time(), warm_start.children_cpu()
             info = STAGE_FUNCS[stage](cfg, root)
             if stage == "sft" and reusing:
                 check_same_base(info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root)
-            rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(_children_cpu() - c0, 1), **info}
+            rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(warm_start.children_cpu() - c0, 1), **info}
             write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
             timings["stages"][stage] = rec
             write_json(timings_path, timings)  # each finished stage's record survives a later stage's failure
@@ -1007,12 +1007,6 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
         }
     write_json(timings_path, timings)
     return timings
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) of finished child processes: a stage's cost whatever the neighbours do."""
-    t = os.times()
-    return t.children_user + t.children_system + warm_start.cpu_seconds()
 
 
 def summary(root: Path, timings: dict[str, Any]) -> str:

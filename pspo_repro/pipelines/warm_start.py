@@ -49,7 +49,7 @@ except ValueError:  # a platform without it (Windows): every job starts fresh
     _context = None
 _env: dict[str, str] | None = None  # the environment a job needs to start warm (configure); None: none does
 _server_running = False
-_cpu_seconds = 0.0  # CPU of the warm jobs that have ended (they are the server's children, not ours)
+_cpu_seconds = 0.0  # CPU of the warm jobs ended under the running server (its children, not ours, until it ends)
 
 
 class WarmJob:
@@ -92,9 +92,11 @@ class WarmJob:
             self._cpu_pipe.close()
 
 
-def cpu_seconds() -> float:
-    """CPU seconds (user + system) of the warm jobs that have ended (their own children included) and of the
-    running server (its imports): what their fresh interpreters would have counted as our children."""
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children, the warm jobs that have ended (their
+    own children included) and the running server (its imports) counted among them, as fresh interpreters
+    would have been. Once the server is stopped and reaped, it and its jobs are in ``os.times()``'s children."""
+    t = os.times()
     pid = forkserver._forkserver._forkserver_pid
     server = 0.0
     if _server_running and pid is not None:
@@ -103,7 +105,7 @@ def cpu_seconds() -> float:
             server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):  # no /proc: the server's imports go uncounted
             server = 0.0
-    return _cpu_seconds + server
+    return t.children_user + t.children_system + _cpu_seconds + server
 
 
 def configure(env: dict[str, str] | None) -> None:
@@ -126,10 +128,11 @@ def start(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmJob 
 
 def stop() -> None:
     """Stop the server, if one runs (the end of a pipeline run), and warm starts with it."""
-    global _env, _server_running
+    global _env, _server_running, _cpu_seconds
     if _server_running:
         forkserver._forkserver._stop()  # the only way to stop it; the stdlib's own tests use it
         _server_running = False
+        _cpu_seconds = 0.0  # reaped: the server's and its jobs' CPU are now in os.times()'s children
     _env = None
 
 
