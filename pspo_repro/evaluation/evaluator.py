@@ -37,6 +37,7 @@ from pspo_repro.common.safe_paths import (
     results_path,
     seed_folder,
 )
+from pspo_repro.common.startup import EVALUATION_STACK, import_frozen
 from pspo_repro.data.datasets import load_benchmark
 from pspo_repro.data.problems import DataError, Problem
 from pspo_repro.evaluation import metrics
@@ -589,6 +590,8 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
 
     # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
     # offline) is a one-line error with nothing written.
+    if cells:
+        import_frozen(EVALUATION_STACK)  # what the tokenizer and the model load, with the collector paused
     tokenizer = _load_tokenizer(target.checkpoint) if cells else None
     pending = {c.dataset for c in cells}
     encoded = {n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in pending}

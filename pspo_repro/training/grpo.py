@@ -38,6 +38,7 @@ from pspo_repro.common.run_dir import (
     truncate_metrics,
     write_run_json,
 )
+from pspo_repro.common.startup import TRAINING_STACK, import_frozen
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
     lr_token_budget,
@@ -359,6 +360,8 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     # any other state is read again under the lock below.
     if _finished_already(plan, read_run_json(plan.folder)):
         return plan.folder
+    if not cfg.get("dry_run"):
+        import_frozen(TRAINING_STACK)  # the stack the steps below load, with the collector paused
     prepared = None if cfg.get("dry_run") else _prepare_and_lock(cfg, plan, locks)
 
     previous = read_run_json(plan.folder)

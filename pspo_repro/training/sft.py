@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.provenance import git_sha, package_versions
+from pspo_repro.common.startup import SFT_STACK, import_frozen
 
 log = logging.getLogger(__name__)
 MARKER = "sft.json"
@@ -247,6 +248,7 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         if done is not None:
             return done
 
+    import_frozen(SFT_STACK)  # what the lines below load, with the collector paused
     import torch
     from trl import SFTConfig, SFTTrainer
 
