@@ -165,15 +165,33 @@ def prompt_set_warnings(cells: pd.DataFrame) -> list[str]:
     return notes
 
 
-def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:
-    """Main and temperature tables, temperature figures and the reproduction report."""
+def load_inputs(cfg: DictConfig, root: Path, outputs: Outputs, has_eval: bool, has_runs: bool):
+    """``(cells, (runs, runs_long))``, each None where absent: every record is read and checked before any
+    table or figure is made, so a bad record stops the aggregation before that work. A cell or run that is
+    left out (a failed run, a torn last line, a cell failing its checks) is warned about and noted in the
+    summary."""
+    ab = cfg.ablation
+    cells_left_out: list[str] = []
+    cells = load_eval_cells(root, cells_left_out) if has_eval else None
+    warn_left_out(cells_left_out, outputs)
+    runs_left_out: list[str] = []
+    runs = load_runs(root, {ab.param: list(ab.config_keys)}, runs_left_out) if has_runs else None
+    warn_left_out(runs_left_out, outputs)
+    return cells, runs
+
+
+def warn_left_out(lines: list[str], outputs: Outputs) -> None:
+    """Each left-out line on stderr (as it is found) and in the summary."""
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    outputs.messages += lines
+
+
+def eval_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs,
+                 cells: pd.DataFrame) -> None:  # fmt: skip
+    """Main and temperature tables, temperature figures and the reproduction report from the loaded ``cells``."""
     from pspo_repro.analysis import plots, report
 
-    left_out: list[str] = []
-    cells = load_eval_cells(root, left_out)  # cells that fail their checks: named and left out
-    for line in left_out:
-        print(f"warning: {line}", file=sys.stderr, flush=True)
-    outputs.messages += left_out
     if cells.empty:
         outputs.messages.append(
             f"no valid evaluation cell under {root / 'eval'}: skipped the evaluation tables"
@@ -298,16 +316,12 @@ def paired_outputs(cfg: DictConfig, cells: pd.DataFrame, long: pd.DataFrame, out
                 outputs.messages.append(f"paired {a} vs {b}: no (model, dataset, T) has both methods")
 
 
-def run_outputs(cfg: DictConfig, root: Path, out: Path, names: Names, outputs: Outputs) -> None:
-    """Alpha ablation table and training curves from the training runs."""
+def run_outputs(cfg: DictConfig, out: Path, names: Names, outputs: Outputs, runs: pd.DataFrame,
+                runs_long: pd.DataFrame) -> None:  # fmt: skip
+    """Alpha ablation table and training curves from the loaded training runs."""
     from pspo_repro.analysis import plots
 
     ab = cfg.ablation
-    left_out: list[str] = []
-    runs, runs_long = load_runs(root, {ab.param: list(ab.config_keys)}, left_out)
-    for line in left_out:  # a failed run, a torn last line: named, in the summary too
-        print(f"warning: {line}", file=sys.stderr, flush=True)
-    outputs.messages += left_out
     outputs.files[out / "long_runs.csv"] = runs_long.to_csv(index=False)
     table, notes = ablation_table(
         runs, runs_long, method=ab.method, param=ab.param, metric=ab.metric,
@@ -459,15 +473,16 @@ def run(cfg: DictConfig) -> Outputs:
             f"no results found under {root} (searched eval/**/*.json and runs/**/metrics.jsonl)"
         )
     names, outputs = names_from(cfg), Outputs(out=out)
+    cells, runs = load_inputs(cfg, root, outputs, has_eval, has_runs)
     if has_eval:
-        eval_outputs(cfg, root, out, names, outputs)
+        eval_outputs(cfg, root, out, names, outputs, cells)
     else:
         outputs.messages.append(
             f"no evaluation cells under {root / 'eval'}: skipped the main and temperature tables, "
             "their figures and the reproduction report"
         )
     if has_runs:
-        run_outputs(cfg, root, out, names, outputs)
+        run_outputs(cfg, out, names, outputs, *runs)
     else:
         outputs.messages.append(
             f"no training runs under {root / 'runs'}: skipped the alpha ablation and the training curves"

@@ -286,6 +286,22 @@ def test_empty_tree_is_one_line_error(results_root, cfg_for):
     assert str(results_root) in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_bad_run_record_stops_before_any_table_or_figure_is_made(tree, cfg_for, monkeypatch):
+    """Every record (cells and runs) is read and checked first: a bad metrics line is reported without the
+    tables and figures of the (good) cells being made for nothing."""
+    from pspo_repro.analysis import plots
+
+    def made(*a, **k):
+        raise AssertionError("an output was made before the records were checked")
+
+    for module, name in ((plots, "temperature_figure"), (plots, "curves_figure"), (aggregate, "main_table")):
+        monkeypatch.setattr(module, name, made)
+    bad = '{"step": -1, "eval/reward": 0.1}\n'
+    (tree / "runs" / "tiny" / "clip" / "seed1" / "metrics.jsonl").write_text(bad)
+    with pytest.raises(ResultsError, match="step=-1 is not an integer >= 0"):
+        aggregate.run(cfg_for(f"results_dir={tree}"))
+
+
 def test_out_dir_option(tree, cfg_for, tmp_path):
     out = tmp_path / "mini"
     aggregate.run(cfg_for(f"results_dir={tree}", f"out_dir={out}", "expected_seeds=2"))
