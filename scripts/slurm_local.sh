@@ -58,6 +58,12 @@ alive() {
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$1"
 }
 
+# running PID: the process has not exited. An exited daemon stays in /proc as a zombie until init reaps it
+# (~2 s in the project's containers), so its state is read, not only its folder.
+running() {
+  [ -r "/proc/$1/stat" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != "Z" ]
+}
+
 # wait_for DESCRIPTION SECONDS COMMAND...: poll COMMAND until it succeeds.
 wait_for() {
   local what="$1" secs="$2"; shift 2
@@ -239,8 +245,8 @@ cmd_stop() {
     alive "$name" || { rm -f "$PIDS/$name.pid"; continue; }
     pid="$(tr -d '[:space:]' <"$PIDS/$name.pid")"
     kill "$pid" 2>/dev/null || true
-    for ((i = 0; i < 80; i++)); do [ -d "/proc/$pid" ] || break; sleep 0.25; done
-    if [ -d "/proc/$pid" ]; then say "$name ($pid) ignored SIGTERM for 20 s: SIGKILL"; kill -9 "$pid" || true; fi
+    for ((i = 0; i < 400; i++)); do running "$pid" || break; sleep 0.05; done
+    if running "$pid"; then say "$name ($pid) ignored SIGTERM for 20 s: SIGKILL"; kill -9 "$pid" || true; fi
     rm -f "$PIDS/$name.pid"
     say "stopped $name ($pid)"
   done
