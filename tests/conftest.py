@@ -78,6 +78,23 @@ def entry_main():
     return resolve
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Collect with the cyclic garbage collector paused, then freeze what collection made (gc.freeze).
+
+    Collecting imports torch, transformers, TRL, pandas and every test module and builds ~2,500 items; the
+    collector's full passes over that growing heap were half of the collection's CPU (13.2 -> 6.8 CPU s in one
+    process; each xdist worker collects)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        gc.freeze()
+
+
 def pytest_runtest_setup(item):
     """Before each test: collect the earlier tests' cyclic garbage, then freeze what is still alive (gc.freeze).
 
