@@ -273,6 +273,9 @@ def build_model(out_dir: Path, arch: dict[str, Any], dtype: str) -> dict[str, An
     """Random-init model + padded tiny tokenizer in ``out_dir`` (runs in its own process: ``_wrap build``)."""
     import shutil
 
+    from pspo_repro.common.startup import EVALUATION_STACK, import_frozen
+
+    import_frozen(EVALUATION_STACK)  # as the evaluate and train commands load their stack
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 

@@ -7,6 +7,7 @@ for the torch/transformers import once, not once per override. Writes ``{overrid
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import runpy
@@ -33,6 +34,8 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - reported per override, the others still run
                 code = f"raised {exc!r}"
         results[override] = {"code": code, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
+        gc.collect()  # then freeze what is left (the imported stack): the next run's collections skip it
+        gc.freeze()
     out.write_text(json.dumps(results))
 
 

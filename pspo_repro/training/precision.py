@@ -128,7 +128,10 @@ def measure(overrides: list[str]) -> dict[str, Any]:
     """Train ``trainer.max_steps`` steps (from ``overrides``) and report the precision figures."""
     import tempfile
 
+    from pspo_repro.common.startup import TRAINING_STACK, import_frozen
     from pspo_repro.training.grpo import precision_record
+
+    import_frozen(TRAINING_STACK)  # as the train command loads its stack
 
     with tempfile.TemporaryDirectory(prefix="precision-") as root:  # the trainer's output, dropped after
         trainer, probe = build_trainer(overrides, root)
