@@ -8,12 +8,15 @@ model=tiny method=noclip reward=smoke_length trainer.max_steps=4 ...``) and a sm
 pspo_repro.evaluate model=tiny eval=gsm8k eval.limit=4 temperatures=[0.0,0.8] n_samples=2``), each in a fresh
 interpreter with one torch thread, once as shipped and once with ``import_frozen`` replaced by a no-op
 (through ``python -c``, the module then run as ``python -m`` would). Every job starts from an empty results
-folder, so each does all of its work. Prints the median CPU and wall seconds per command and the ratios.
+folder, so each does all of its work. Prints the median CPU and wall seconds per command and the ratios, and
+checks that both modes computed the same numbers: the final checkpoint's weights and every metrics.jsonl value but
+the timings, and each evaluation cell's per-prompt records, byte for byte.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -63,6 +66,27 @@ def run_once(command: str, mode: str, scratch: Path, i: int) -> tuple[float, flo
     return cpu, wall
 
 
+def numbers(command: str, mode: str, scratch: Path, i: int) -> dict[str, bytes]:
+    """What a command computed, by file: weights of every checkpoint, metrics.jsonl without its timing keys,
+    each evaluation cell's per-prompt records (the cell's own timing fields left out)."""
+    results = scratch / f"{command}-{mode}-{i}" / "results"
+    out = {}
+    for path in sorted(results.rglob("*")):
+        rel = path.relative_to(results).as_posix()
+        if path.name == "model.safetensors":
+            out[rel] = path.read_bytes()
+        elif path.name == "metrics.jsonl":
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            kept = [{k: v for k, v in r.items() if not any(t in k for t in ("runtime", "per_second", "time"))}
+                    for r in rows]  # fmt: skip
+            out[rel] = json.dumps(kept, sort_keys=True).encode()
+        elif rel.startswith("eval/") and path.name.startswith("T") and path.suffix == ".json":
+            out[rel] = json.dumps(json.loads(path.read_text())["per_prompt"], sort_keys=True).encode()
+    if not out:
+        raise SystemExit(f"{command} ({mode}) left nothing to compare under {results}")
+    return out
+
+
 def main() -> None:
     """Run both modes of both commands, alternating, and print the medians and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,6 +102,16 @@ def main() -> None:
                     times.setdefault((command, mode), []).append(run_once(command, mode, Path(tmp), i))
                     cpu, wall = times[command, mode][-1]
                     print(f"round {i}: {command:8s} {mode:6s} {cpu:6.2f} CPU s {wall:6.2f} s", flush=True)
+                before, after = (numbers(command, m, Path(tmp), i) for m in ("before", "after"))
+                if before != after:
+                    differ = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+                    raise SystemExit(
+                        f"round {i}: {command} computed different numbers in the two modes: {differ}"
+                    )
+                print(
+                    f"round {i}: {command:8s} the same numbers both ways ({len(after)} files compared)",
+                    flush=True,
+                )
     print(f"\nmedians over {args.rounds} rounds (one torch thread):")
     for command in COMMANDS:
         b_cpu, b_wall = (statistics.median(x[k] for x in times[command, "before"]) for k in (0, 1))
