@@ -5,8 +5,9 @@ Why: importing torch, transformers and TRL makes about a million objects, and th
 all of them, over and over while they load (~1 CPU s of a ~6 s start), and again at every ``gc.collect()``
 afterwards (transformers' Trainer calls one through accelerate's ``free_memory`` when it starts training,
 TRL more). Frozen objects are skipped by every later pass. Imported modules live as long as the process, so
-freezing them keeps nothing alive that would otherwise be freed. Measured (docs/benchmarks.md): a four-step
-tiny training command 10.4 -> 7.1 CPU s.
+freezing them keeps nothing alive that would otherwise be freed. Measured side by side (scripts/bench_startup.py,
+docs/benchmarks.md): a four-step tiny training command 1.3-1.4x less CPU, a small evaluation 1.5x, the same
+numbers.
 
 Each command calls this only once its input has passed validation and work is pending, so a refused
 override or a finished run still exits without loading torch.
