@@ -16,8 +16,10 @@ override, a dry run or a finished run still exits before TRL and the model code 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+from collections.abc import Iterator
 
 # The modules each kind of command imports to do its work (loading them is most of its start).
 TRAINING_STACK = (
@@ -42,15 +44,22 @@ EVALUATION_STACK = (
 )
 
 
-def import_frozen(modules: tuple[str, ...]) -> None:
-    """Import ``modules`` with the cyclic garbage collector paused (restored as it was, also on an import
-    error), then ``gc.freeze()`` every object alive: later collections skip them."""
+@contextlib.contextmanager
+def frozen_after() -> Iterator[None]:
+    """Run the block with the cyclic garbage collector paused (restored as it was, also when the block raises),
+    then ``gc.freeze()`` every object alive, unless the block raised: later collections skip them."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for name in modules:
-            importlib.import_module(name)
+        yield
     finally:
         if enabled:
             gc.enable()
     gc.freeze()
+
+
+def import_frozen(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` with the collector paused, then freeze what is alive (``frozen_after``)."""
+    with frozen_after():
+        for name in modules:
+            importlib.import_module(name)

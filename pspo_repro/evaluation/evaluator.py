@@ -590,9 +590,10 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
 
     # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
     # offline) is a one-line error with nothing written.
+    tokenizer = None
     if cells:
         import_frozen(EVALUATION_STACK)  # what the tokenizer and the model load, with the collector paused
-    tokenizer = _load_tokenizer(target.checkpoint) if cells else None
+        tokenizer = _load_tokenizer(target.checkpoint)
     pending = {c.dataset for c in cells}
     encoded = {n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in pending}
     check_context(cfg, target.checkpoint, backend_name, encoded)  # before any lock or model

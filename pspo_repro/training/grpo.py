@@ -360,9 +360,10 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     # any other state is read again under the lock below.
     if _finished_already(plan, read_run_json(plan.folder)):
         return plan.folder
+    prepared = None
     if not cfg.get("dry_run"):
         import_frozen(TRAINING_STACK)  # the stack the steps below load, with the collector paused
-    prepared = None if cfg.get("dry_run") else _prepare_and_lock(cfg, plan, locks)
+        prepared = _prepare_and_lock(cfg, plan, locks)
 
     previous = read_run_json(plan.folder)
     if _finished_already(plan, previous):
