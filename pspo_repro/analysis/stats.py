@@ -7,6 +7,7 @@ Pure numpy/scipy/statsmodels: no torch, so it is testable and importable anywher
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -72,12 +73,21 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     mean = float(x.mean())
     if x.size < 2:
         return Interval(mean, math.nan, math.nan, int(x.size), "t_seeds")
-    sem = float(scipy.stats.sem(x))  # sample sd (ddof=1) / sqrt(n)
+    # scipy.stats.sem's and t.interval's own arithmetic (sd with ddof=1 / n**0.5; the standard quantile
+    # times the scale plus the mean), bit for bit: through their wrappers a call took ~0.36 ms against
+    # ~0.013 ms, and the tables and tests make thousands.
+    sem = float(np.std(x, ddof=1) / x.size**0.5)
     if sem == 0.0:
         # scipy returns NaN for scale 0; identical seeds give a degenerate but real interval.
         return Interval(mean, mean, mean, int(x.size), "t_seeds")
-    low, high = scipy.stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
-    return Interval(mean, float(low), float(high), int(x.size), "t_seeds")
+    q_low, q_high = _t_quantiles(float(confidence), int(x.size) - 1)
+    return Interval(mean, float(q_low * sem + mean), float(q_high * sem + mean), int(x.size), "t_seeds")
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantiles(confidence: float, df: int) -> tuple[float, float]:
+    """The standard Student t interval's ends for ``confidence`` with ``df`` degrees of freedom."""
+    return scipy.stats.t.interval(confidence, df)
 
 
 def wilson_interval(successes: float, trials: float, confidence: float = 0.95) -> tuple[float, float, float]:

@@ -38,6 +38,19 @@ def test_t_interval_matches_scipy():
     assert (iv.low, iv.high) == pytest.approx((low, high))
 
 
+def test_t_interval_is_scipys_bit_for_bit():
+    """t_interval does scipy's sem and t.interval arithmetic itself (their wrappers cost ~30x the sum):
+    the same floats, not merely close ones, so no committed table moves by a last digit."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        x = rng.random(int(rng.integers(2, 12))) * rng.choice([1.0, 100.0, 1e-6])
+        confidence = float(rng.choice([0.5, 0.9, 0.95, 0.99]))
+        sem = float(scipy.stats.sem(x))
+        low, high = scipy.stats.t.interval(confidence, x.size - 1, loc=float(x.mean()), scale=sem)
+        iv = t_interval(x, confidence)
+        assert (iv.mean, iv.low, iv.high) == (float(x.mean()), float(low), float(high)), (x, confidence)
+
+
 def test_t_interval_single_seed_has_no_interval():
     iv = t_interval([0.5])
     assert iv.mean == 0.5 and iv.n == 1 and not iv.has_interval
