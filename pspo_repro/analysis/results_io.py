@@ -153,50 +153,59 @@ def cell_problem(cell: dict[str, Any], recomputed: dict[str, float] | None = Non
 # Per-sample list checks: field -> (whole-list check, per-entry check). The whole-list check accepts only lists
 # every entry of which passes the per-entry one (plain ints, floats, str, None; bools and other subclasses fall
 # through to the per-entry scan, which names the first bad entry).
-_FLAG_CHECKS = (lambda v: set(map(type, v)) <= {int} and set(v) <= {0, 1}, lambda x: _is_int(x) and x in (0, 1))
+_INT, _NUMBER, _TEXT, _BITS = frozenset({int}), frozenset({int, float}), frozenset({str, type(None)}), frozenset({0, 1})
+_FLAG_CHECKS = (lambda v: set(map(type, v)) <= _INT and set(v) <= _BITS, lambda x: _is_int(x) and x in (0, 1))
 _SAMPLE_CHECKS = {
     "reward_flags": _FLAG_CHECKS,
     "true_flags": _FLAG_CHECKS,
-    "lengths": (lambda v: set(map(type, v)) <= {int} and (not v or min(v) >= 0), lambda x: _is_int(x) and x >= 0),
-    "rewards": (lambda v: set(map(type, v)) <= {int, float} and all(map(math.isfinite, v)), _is_num),
-    "answers": (lambda v: set(map(type, v)) <= {str, type(None)}, lambda x: x is None or isinstance(x, str)),
+    "lengths": (lambda v: set(map(type, v)) <= _INT and (not v or min(v) >= 0), lambda x: _is_int(x) and x >= 0),
+    "rewards": (lambda v: set(map(type, v)) <= _NUMBER and all(map(math.isfinite, v)), _is_num),
+    "answers": (lambda v: set(map(type, v)) <= _TEXT, lambda x: x is None or isinstance(x, str)),
 }
 
 
 # A record's count or flag, the per-sample lists (or count) it is derived from, and the derivation (record, n).
 _DERIVED = (
-    ("reward_correct", ("reward_flags",), lambda r, n: sum(r["reward_flags"])),
-    ("true_correct", ("true_flags",), lambda r, n: sum(r["true_flags"])),
-    ("authors_correct", ("rewards",), lambda r, n: sum(x > 0.5 for x in r["rewards"])),
-    ("authors_reward_mean", ("rewards",), lambda r, n: sum(r["rewards"]) / n),
-    ("mean_length", ("lengths",), lambda r, n: sum(r["lengths"]) / n),
-    ("reward_maj", ("answers", "reward_flags"),
-     lambda r, n: int(majority_vote(r["answers"], [bool(f) for f in r["reward_flags"]]))),
-    ("true_maj", ("true_correct",), lambda r, n: int(2 * r["true_correct"] > n)),
+    ("reward_correct", frozenset({"reward_flags"}), lambda r, n: sum(r["reward_flags"])),
+    ("true_correct", frozenset({"true_flags"}), lambda r, n: sum(r["true_flags"])),
+    ("authors_correct", frozenset({"rewards"}), lambda r, n: sum(x > 0.5 for x in r["rewards"])),
+    ("authors_reward_mean", frozenset({"rewards"}), lambda r, n: sum(r["rewards"]) / n),
+    ("mean_length", frozenset({"lengths"}), lambda r, n: sum(r["lengths"]) / n),
+    ("reward_maj", frozenset({"answers", "reward_flags"}),
+     lambda r, n: int(majority_vote(r["answers"], r["reward_flags"]))),
+    ("true_maj", frozenset({"true_correct"}), lambda r, n: int(2 * r["true_correct"] > n)),
 )  # fmt: skip
+_COUNTS = ("reward_correct", "true_correct", "authors_correct", "timeouts")
 
 
 def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
     """Why one per-prompt record is inconsistent (None: it is not): counts in range, and every count and
     flag equal to what the per-sample lists give where the record holds them (as ``per_prompt_row`` makes
     them: ``reward_correct = sum(reward_flags)``, ``authors_correct`` = rewards above 0.5, ``reward_maj``
-    the vote over ``answers``, ``true_maj`` = more than half true, ``mean_length`` = mean of ``lengths``)."""
+    the vote over ``answers``, ``true_maj`` = more than half true, ``mean_length`` = mean of ``lengths``).
+
+    Analysis checks every record of every cell it reads (hundreds of thousands for a results tree): the
+    checks look each field up once and compare a derived value only where it differs."""
     n = r.get("n")
     if not _is_int(n) or not 1 <= n <= n_samples:
         return f"n={n!r} is not an integer in [1, n_samples={n_samples}]"
-    for field in ("reward_correct", "true_correct", "authors_correct", "timeouts"):
-        c = r.get(field)
-        if field in r and (not _is_int(c) or not 0 <= c <= n):
+    for field in _COUNTS:
+        c = r.get(field, _NONE)
+        if c is not _NONE and (not _is_int(c) or not 0 <= c <= n):
             return f"{field}={c!r} is not an integer in [0, n={n}]"
     for field in ("reward_maj", "true_maj"):
-        if field in r and (not _is_int(r[field]) or r[field] not in (0, 1)):
-            return f"{field}={r[field]!r} is not 0 or 1"
-    if "mean_length" in r and not (_is_num(r["mean_length"]) and r["mean_length"] >= 0):
-        return f"mean_length={r['mean_length']!r} is not a finite number >= 0"
-    if "authors_reward_mean" in r and not _is_num(r["authors_reward_mean"]):
-        return f"authors_reward_mean={r['authors_reward_mean']!r} is not a finite number"
+        c = r.get(field, _NONE)
+        if c is not _NONE and (not _is_int(c) or c not in (0, 1)):
+            return f"{field}={c!r} is not 0 or 1"
+    c = r.get("mean_length", _NONE)
+    if c is not _NONE and not (_is_num(c) and c >= 0):
+        return f"mean_length={c!r} is not a finite number >= 0"
+    c = r.get("authors_reward_mean", _NONE)
+    if c is not _NONE and not _is_num(c):
+        return f"authors_reward_mean={c!r} is not a finite number"
     for field in SAMPLE_FIELDS:
-        if field in r and (not isinstance(r[field], list) or len(r[field]) != n):
+        c = r.get(field, _NONE)
+        if c is not _NONE and (not isinstance(c, list) or len(c) != n):
             return f"{field} is not a list of n={n} entries"
     for field, (all_ok, ok) in _SAMPLE_CHECKS.items():
         values = r.get(field, [])
@@ -205,11 +214,14 @@ def record_problem(r: dict[str, Any], n_samples: int) -> str | None:
         bad = next((x for x in values if not ok(x)), _NONE)
         if bad is not _NONE:
             return f"{field} holds {bad!r}"
+    keys = r.keys()
     for field, needs, value in _DERIVED:
-        if field in r and all(x in r for x in needs):
-            expect = value(r, n)
-            if not math.isclose(r[field], expect, rel_tol=_RECOMPUTE_TOL, abs_tol=_RECOMPUTE_TOL):
-                return f"{field}={r[field]!r} but its per-sample lists give {expect:.6g}"
+        if field in keys and keys >= needs:
+            stored, expect = r[field], value(r, n)
+            if stored != expect and not math.isclose(
+                stored, expect, rel_tol=_RECOMPUTE_TOL, abs_tol=_RECOMPUTE_TOL
+            ):
+                return f"{field}={stored!r} but its per-sample lists give {expect:.6g}"
     if "grading_error" in r and not isinstance(r["grading_error"], str):
         return f"grading_error={r['grading_error']!r} is not a string"
     return None
@@ -491,10 +503,11 @@ def metric_from_rows(rows: list[dict[str, Any]], metric: str, file: str) -> floa
 def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
     """The long table: one row per (model, method, tag, seed, dataset, temperature, metric).
 
-    A proportion (``is_proportion``) is recomputed from the cell's per-prompt rows (the stored value only
-    for a cell without rows). An authors' metric (``is_authors_metric``) keeps only the rows whose gold
-    the authors' extractor parses (``authors_rows``), as their tables do; ``golds`` says where those golds
-    were read ("" when no cell stores them: every row kept; None for other metrics).
+    Every value is what the cell's per-prompt rows give (``load_eval_cells`` recomputed each metric from
+    them; the stored cache is only compared). An authors' metric (``is_authors_metric``) keeps only the
+    rows whose gold the authors' extractor parses (``authors_rows``), as their tables do, and a proportion
+    (``is_proportion``) is recomputed from those rows; ``golds`` says where those golds were read ("" when
+    no cell stores them: every row kept; None for other metrics).
     ``prompts`` is the rows used (the authors' Wilson trials per seed), ``rows`` the rows evaluated;
     ``correct``/``total`` the sample counts behind the accuracies (NaN for others); ``per_prompt``
     references the rows used (not copied; drop it before writing a CSV).
@@ -524,7 +537,9 @@ def eval_long(cells: pd.DataFrame) -> pd.DataFrame:
                 used = all_rows if ids is None else [r for r in all_rows if r["id"] in ids]
                 if not used:
                     continue  # no row the authors' extractor can score: no value to show
-            if used and is_proportion(metric):
+            if used is not all_rows and is_proportion(metric):
+                # The authors' subset of the rows. Over all of them, ``value`` is already what the records
+                # give: load_eval_cells recomputed every metric from them (cell_metrics, the same sums).
                 value = metric_from_rows(used, metric, rec["file"])
             correct, total = rec.get(f"{metric}__correct", math.nan), rec.get(f"{metric}__total", math.nan)
             if used and metric in COUNT_METRICS:

@@ -21,7 +21,6 @@ analysis code reports (``maths_plots.py`` in MCDwyer/GR-PSPO, read for its defin
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -50,12 +49,21 @@ def majority_vote(answers: Sequence[Hashable | None], correct: Sequence[bool]) -
     """
     if len(answers) != len(correct):
         raise ValueError(f"majority_vote: {len(answers)} answers but {len(correct)} grades")
-    counts = Counter(a for a in answers if a is not None)
+    counts: dict[Hashable, int] = {}
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
     if not counts:
         return False
-    top = max(counts.values())
-    winner = next(a for a in answers if a is not None and counts[a] == top)
+    winner = _first_most_frequent(counts)
     return bool(next(c for a, c in zip(answers, correct, strict=True) if a == winner))
+
+
+def _first_most_frequent(counts: dict[Any, int]) -> Any:
+    """The first-seen of the most frequent answers: a dict keeps its keys in the order first seen, and
+    ``max`` returns the first of equal maxima (``Counter.most_common``'s tie rule; a plain dict and this
+    ``max`` cost ~half of building a Counter and scanning for its top, and analysis votes millions of times)."""
+    return max(counts, key=counts.__getitem__)
 
 
 PASS_KS = (1, 2, 4, 8, 16)
@@ -67,10 +75,11 @@ def authors_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
     """The authors' majority vote: (winning answer or None for "no answer", its count); ties: first seen."""
     if not answers:
         raise ValueError("authors_vote needs at least one answer")
-    counts = Counter(answers)
-    top = max(counts.values())
-    winner = next(a for a in answers if counts[a] == top)
-    return winner, top
+    counts: dict[str | None, int] = {}
+    for a in answers:
+        counts[a] = counts.get(a, 0) + 1
+    winner = _first_most_frequent(counts)
+    return winner, counts[winner]
 
 
 def maj_correct(answers: Sequence[str | None], flags: Sequence[int]) -> int:
@@ -161,6 +170,30 @@ def sample_lists(samples: list[dict[str, Any]]) -> dict[str, list]:
     }
 
 
+def _votes(answers: list[str | None], flags: list[int], ks: list[int]) -> tuple[list[int], int, int]:
+    """One prompt's votes in one pass over its samples: ``maj_correct`` over the first k samples for each k
+    of ``ks`` (ascending), the winning count of the vote over all of them (``authors_vote``) and the number of
+    distinct non-empty answers. Lists of unequal or short length take ``maj_correct``'s own path (its error)."""
+    if not answers or len(answers) != len(flags) or (ks and len(answers) < ks[-1]):
+        maj = [maj_correct(answers[:k], flags[:k]) for k in ks]
+        top = authors_vote(answers)[1]
+        return maj, top, len({a for a in answers if a is not None})
+    counts: dict[str | None, int] = {}
+    first: dict[str | None, int] = {}
+    maj, pending = [], iter(ks)
+    k = next(pending, None)
+    for i, a in enumerate(answers):
+        if a in counts:
+            counts[a] += 1
+        else:
+            counts[a], first[a] = 1, i
+        if i + 1 == k:  # the vote of the first k samples: the first seen of the most frequent so far
+            winner = _first_most_frequent(counts)
+            maj.append(0 if winner is None else int(flags[first[winner]]))
+            k = next(pending, None)
+    return maj, max(counts.values()), len(counts) - (None in counts)
+
+
 def _mean(values: list[float | None]) -> float:
     arr = np.array([np.nan if v is None else v for v in values], dtype=float)
     return float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
@@ -203,17 +236,17 @@ def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
             )
     if not all(has_samples(r) for r in per_prompt):
         return metrics
-    for k in PASS_KS:
-        if k <= n_min:
-            metrics[f"maj@{k}"] = _mean([float(maj_correct(r["answers"][:k], r["reward_flags"][:k]))
-                                         for r in per_prompt])  # fmt: skip
+    vote_ks = [k for k in PASS_KS if k <= n_min]
+    votes = [_votes(r["answers"], r["reward_flags"], vote_ks) for r in per_prompt]
+    for j, k in enumerate(vote_ks):
+        metrics[f"maj@{k}"] = _mean([float(maj[j]) for maj, _, _ in votes])
     metrics["reward_top1"] = _mean([float(r["reward_flags"][0]) for r in per_prompt])
     metrics["true_top1"] = _mean([float(r["true_flags"][0]) for r in per_prompt])
     for kind in ("reward", "true"):
         if kind in kinds:
             metrics[f"{kind}_best_of_n"] = _mean([float(r[f"{kind}_correct"] > 0) for r in per_prompt])
-    metrics["agreement"] = _mean([authors_vote(r["answers"])[1] / n for r, n in zip(per_prompt, ns, strict=True)])
-    metrics["unique_answers"] = _mean([prompt_value(r, "unique_answers") for r in per_prompt])
+    metrics["agreement"] = _mean([top / n for (_, top, _), n in zip(votes, ns, strict=True)])
+    metrics["unique_answers"] = _mean([float(distinct) if distinct else float("nan") for _, _, distinct in votes])
     rewards = np.array([x for r in per_prompt for x in r["rewards"]], dtype=float)
     flags = np.array([x for r in per_prompt for x in r["reward_flags"]], dtype=float)
     if rewards.size > 5 and rewards.std() > 0 and flags.std() > 0:
