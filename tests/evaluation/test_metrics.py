@@ -35,6 +35,30 @@ def test_authors_vote_counts_no_answer_and_breaks_ties_first_seen(answers, flags
     assert maj_correct(answers, flags) == correct
 
 
+def test_cell_votes_equal_the_vote_of_each_prompt_taken_alone():
+    """cell_metrics votes every prefix of a prompt's samples in one pass; each of its maj@k, agreement and
+    unique_answers must equal the per-prompt definition (``prompt_value``: ``maj_correct`` over the first k
+    samples, ``authors_vote``'s count), on random answers with ties, "no answer" and repeats."""
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.choice([1, 2, 3, 4, 8, 16])
+        pool = [None, "1", "2", "3", "10"][: rng.randint(1, 5)]
+        rows = []
+        for i in range(rng.randint(1, 5)):
+            answers = [rng.choice(pool) for _ in range(n)]
+            flags = [int(a == "2") for a in answers]
+            rows.append({"id": f"p{i}", "n": n, "answers": answers, "reward_flags": flags,
+                         "true_flags": flags, "rewards": [float(f) for f in flags], "lengths": [1] * n,
+                         "reward_correct": sum(flags), "true_correct": sum(flags)})  # fmt: skip
+        got = cell_metrics(rows)
+        for metric in [f"maj@{k}" for k in (1, 2, 4, 8, 16) if k <= n] + ["agreement", "unique_answers"]:
+            values = [prompt_value(r, metric) for r in rows]
+            if all(math.isnan(v) for v in values):
+                assert metric not in got
+            else:
+                assert got[metric] == pytest.approx(sum(v for v in values if v == v) / sum(v == v for v in values))
+
+
 @pytest.mark.parametrize("n, c", [(16, 0), (16, 1), (16, 3), (16, 8), (16, 15), (16, 16), (4, 2), (1, 1)])
 def test_pass_at_k_matches_the_authors_formula_on_the_same_counts(n, c):
     # Their _pass_at_k_from_counts / pass_at_k_estimate: 1 - C(n-c, k) / C(n, k), 1 when n - c < k.
