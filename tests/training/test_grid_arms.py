@@ -5,6 +5,7 @@ noclip with 2 passes at PSPO's lr, clip/noclip at PSPO's lr, and alpha with grad
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import shlex
@@ -17,6 +18,9 @@ from pspo_repro.common.cli import UsageError, compose_config
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT
 from pspo_repro.common.run_dir import tag_from_overrides
 from pspo_repro.training import grpo as train
+
+# One worker for the module: its tests share the composed sweeps (``jobs``).
+pytestmark = pytest.mark.xdist_group("grid_arms")
 
 # A command runs to the line end or to a run of 2+ spaces (a note after it: "seed=0,1,2     (multirun by itself)")
 COMMAND = re.compile(r"^#\s+python -m pspo_repro\.train (?P<args>.+?)(?:\s{2,}.*)?$", re.M)
@@ -46,21 +50,30 @@ def commands(path: Path) -> list[list[str]]:
     ]
 
 
-def jobs(overrides: list[str], first_seed_only: bool = True) -> list[tuple[list[str], object]]:
+def jobs(overrides: list[str]) -> list[tuple[list[str], object]]:
     """Each job of a sweep as ``(overrides, composed config)``, per-method settings applied and validated.
-    Seeds change no setting, so only the first seed's jobs are composed."""
+    Seeds change no setting, so only the first seed's jobs are composed.
+
+    Composed once per sweep in this process (the tests only read the configs): several tests check the same
+    commands, and the module's tests share one xdist worker (``pytestmark``) so that they share the sweeps
+    too (Hydra's composition is nearly all of this module's time)."""
+    return list(_jobs(tuple(overrides)))
+
+
+@functools.cache
+def _jobs(overrides: tuple[str, ...]) -> tuple[tuple[list[str], object], ...]:
     out, seen = [], set()
-    for job in SWEEP_LINES(overrides, CONF_DIR, "train"):
+    for job in SWEEP_LINES(list(overrides), CONF_DIR, "train"):
         job = [o for o in job if o != "hydra.mode=RUN"]
         key = tuple(o for o in job if not o.startswith("seed="))
-        if first_seed_only and key in seen:
+        if key in seen:
             continue
         seen.add(key)
         cfg = compose_config(CONF_DIR, "train", job, return_hydra_config=True)
         train.apply_per_method(cfg, job)
         train.validate(cfg)
         out.append((job, cfg))
-    return out
+    return tuple(out)
 
 
 def test_every_experiment_grid_names_its_commands():
