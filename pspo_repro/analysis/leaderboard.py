@@ -575,7 +575,7 @@ def write(
     w.writerows(rows)
     from pspo_repro.analysis.plots import render
 
-    png = render(figure(regimes, base))["png"]
+    png = render(figure(regimes, base), ("png",))["png"]
     paths = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.png"]
     write_set(redact_files({paths[0]: md, paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES)
     return paths
