@@ -1,7 +1,8 @@
 """``python tests/cli_dry_runs.py OUT.json OVERRIDES...``: ``python -m pspo_repro.train <overrides>
 dry_run=true`` for each argument, one after another in this one interpreter (``runpy`` runs the entry module as
 ``python -m`` does; Hydra's global state is cleared between runs), so a test of many documented overrides pays
-for the torch/transformers import once, not once per override. Writes ``{override: {code, stdout, stderr}}``.
+for the torch/transformers import once, not once per override (and Hydra parses each config file once:
+tests/hydra_memo.py). Writes ``{override: {code, stdout, stderr}}``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 
 
 def main() -> None:
+    import hydra_memo  # this folder is sys.path[0]: the test processes' memo of Hydra's config loads
     from hydra.core.global_hydra import GlobalHydra
 
+    hydra_memo.install()
     out, overrides = Path(sys.argv[1]), sys.argv[2:]
     results = {}
     for override in overrides:

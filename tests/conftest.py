@@ -30,6 +30,11 @@ from pspo_repro.common.paths import absolutize_env  # noqa: E402
 
 absolutize_env()
 
+# Hydra's config files parsed once per test process, each load a deep copy (tests/hydra_memo.py).
+import hydra_memo  # noqa: E402
+
+hydra_memo.install()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread():
