@@ -101,6 +101,10 @@ def import_plugins(modules) -> None:
 def validate(cfg: DictConfig):
     """Check everything that can be checked without a model; returns the parsed method config."""
     import_plugins(cfg.get("plugins") or [])
+    # The settings' own ranges first: they need no torch, which the method registry imports (~2 s), so a
+    # mistyped seed or step count is reported at once.
+    validate_trainer(cfg)
+    validate_flags(cfg)
     from pspo_repro.methods import list_methods, parse_method_config
     from pspo_repro.scoring.rewards import get_reward
 
@@ -129,8 +133,6 @@ def validate(cfg: DictConfig):
         data.get_spec(cfg.data.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    validate_trainer(cfg)
-    validate_flags(cfg)
     t = cfg.trainer
     G = t.num_generations
     if (t.per_device_train_batch_size * t.gradient_accumulation_steps) % G:

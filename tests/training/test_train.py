@@ -237,3 +237,32 @@ def test_vllm_server_address_reaches_grpo_config_and_not_the_tag(tmp_path):
     assert (default.vllm_server_host, default.vllm_server_port) == ("0.0.0.0", 8000)  # TRL's defaults
     assert tag_from_overrides(cfg, ov) == ""  # where the server listens is not what the run learns
     assert "vllm_server_port" not in identity_config({"trainer": dict(cfg.trainer)})["trainer"]
+
+
+PROBE = """
+import runpy, sys
+sys.argv = ["pspo_repro.train", *sys.argv[1:]]
+try:
+    runpy.run_module("pspo_repro.train", run_name="__main__", alter_sys=True)
+except SystemExit as exc:
+    print(exc.code, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("seed=abc", "error: seed must be an integer in [0, 4294967295], got 'abc'"),
+        ("trainer.max_steps=1.5", "error: trainer.max_steps must be an integer in [-1, inf) or null, got 1.5"),
+        ("trainer.eval_on_start=maybe", "error: trainer.eval_on_start must be true or false, got 'maybe'"),
+    ],
+)
+def test_a_mistyped_setting_is_refused_before_torch_loads(override, message, results_root, tmp_path):
+    """The settings' own ranges are checked before the method registry (which imports torch, ~2 s): a typo in
+    a seed, a step count or a flag is reported at once, in one line, with nothing written."""
+    env = {**os.environ, "PSPO_LOG_DIR": str(tmp_path / "logs")}
+    r = subprocess.run([sys.executable, "-c", PROBE, override], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
+    assert r.stderr.strip().splitlines() == [message]
+    assert not results_root.exists()
