@@ -3,7 +3,7 @@
 Note: `accelerate launch --cpu --num_processes 2` starts ONE process in accelerate 1.15 (`--cpu` always
 takes the simple launcher); two CPU processes need the multi-process launcher, here through
 conf/accelerate/ddp.yaml (MULTI_GPU = torchrun; without CUDA the processes use gloo).
-The reference is one process with the same global batch (8 completions = 2 prompts x 4 per step). The
+The reference is one process (the test's own) with the same global batch (8 completions = 2 prompts x 4 per step). The
 sampled completions differ between the two layouts (each rank draws from its own generator), so per-step
 values agree only up to sampling noise; the tolerances still catch a wrong normaliser (a factor of 2 in
 the loss/gradient from num_processes), tokens counted on one rank only, or ranks training apart.
@@ -44,7 +44,23 @@ def _train(tmp: Path, launcher: list[str], extra: list[str], data_dir: Path) -> 
     cmd = [*launcher, "-m", "pspo_repro.train", *TRAIN, *extra]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
-    (run,) = (tmp / "results").glob("runs/tiny/noclip/seed0*/run.json")
+    return _metrics(tmp / "results")
+
+
+def _train_in_process(tmp: Path, extra: list[str]) -> list[dict]:
+    """The one-process reference in this test's own process (one torch thread, as the ranks): the same run
+    without a third interpreter's imports."""
+    from pspo_repro.common.cli import compose_config
+    from pspo_repro.common.paths import CONF_DIR
+    from pspo_repro.training import grpo
+
+    overrides = [*TRAIN, *extra, f"paths.results_dir={tmp / 'results'}"]
+    grpo.run(compose_config(CONF_DIR, "train", overrides), overrides)
+    return _metrics(tmp / "results")
+
+
+def _metrics(results: Path) -> list[dict]:
+    (run,) = results.glob("runs/tiny/noclip/seed0*/run.json")
     info = json.loads(run.read_text())
     assert info["status"] == "finished" and info["final_step"] == 4
     return [json.loads(line) for line in (run.parent / "metrics.jsonl").read_text().splitlines()]
@@ -55,7 +71,7 @@ def test_two_processes_match_one(tmp_path, data_dir, tiny_model_dir):
     launcher = [accelerate, "launch", "--config_file", str(ROOT / "conf" / "accelerate" / "ddp.yaml")]
     launcher += ["--num_processes", "2", "--mixed_precision", "no", "--main_process_port", "29611"]
     two = _train(tmp_path / "two", launcher, ["trainer.per_device_train_batch_size=4"], data_dir)
-    one = _train(tmp_path / "one", [sys.executable], ["trainer.per_device_train_batch_size=8"], data_dir)
+    one = _train_in_process(tmp_path / "one", ["trainer.per_device_train_batch_size=8"])
 
     assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2, 3, 4]  # rank 0 logs, once
     for a, b in zip(two, one, strict=True):
