@@ -29,9 +29,9 @@ def render(fig, formats: tuple[str, ...] = FORMATS) -> dict[str, bytes]:
     outputs), cut to its tight bounding box.
 
     The layout and the box are computed once, at the PNG's resolution, for every format: ``savefig`` with
-    ``bbox_inches="tight"`` runs both again for each format, which made the PDF cost as much as the PNG
-    (an aggregation's figures took ~1.8x the CPU). The PNG is byte for byte what that gave; the PDF's layout and box come
-    from the raster text measures (its page ~1% wider than with its own, the drawing the same)."""
+    ``bbox_inches="tight"`` runs both again for each format (aggregating results/mini took 1.8x the CPU).
+    The PNG is byte for byte what that gave; the PDF's layout and box come from the raster text measures
+    (its page ~1% wider than with its own, the drawing the same)."""
     dpi = 150
     fig.set_dpi(dpi)
     fig.draw_without_rendering()  # the layout engine (constrained layout) runs here, once

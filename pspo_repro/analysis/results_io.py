@@ -153,7 +153,8 @@ def cell_problem(cell: dict[str, Any], recomputed: dict[str, float] | None = Non
 # Per-sample list checks: field -> (whole-list check, per-entry check). The whole-list check accepts only lists
 # every entry of which passes the per-entry one (plain ints, floats, str, None; bools and other subclasses fall
 # through to the per-entry scan, which names the first bad entry).
-_INT, _NUMBER, _TEXT, _BITS = frozenset({int}), frozenset({int, float}), frozenset({str, type(None)}), frozenset({0, 1})
+_INT, _NUMBER, _BITS = frozenset({int}), frozenset({int, float}), frozenset({0, 1})
+_TEXT = frozenset({str, type(None)})
 _FLAG_CHECKS = (lambda v: set(map(type, v)) <= _INT and set(v) <= _BITS, lambda x: _is_int(x) and x in (0, 1))
 _SAMPLE_CHECKS = {
     "reward_flags": _FLAG_CHECKS,

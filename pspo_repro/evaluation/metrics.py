@@ -246,7 +246,7 @@ def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
         if kind in kinds:
             metrics[f"{kind}_best_of_n"] = _mean([float(r[f"{kind}_correct"] > 0) for r in per_prompt])
     metrics["agreement"] = _mean([top / n for (_, top, _), n in zip(votes, ns, strict=True)])
-    metrics["unique_answers"] = _mean([float(distinct) if distinct else float("nan") for _, _, distinct in votes])
+    metrics["unique_answers"] = _mean([float(d) if d else float("nan") for _, _, d in votes])
     rewards = np.array([x for r in per_prompt for x in r["rewards"]], dtype=float)
     flags = np.array([x for r in per_prompt for x in r["reward_flags"]], dtype=float)
     if rewards.size > 5 and rewards.std() > 0 and flags.std() > 0:

@@ -308,10 +308,9 @@ def _table_numbers(root: Path) -> tuple[list[str], dict, pd.DataFrame] | str:
                     frames[(metric, ci)] = (to_frame(table), to_markdown(table))
             else:  # (key, seeds, mean, low, high) per cell of the table
                 stats = cell_intervals(long.iloc[positions[metric]], "t_seeds", 0.95)
-                frames[(metric, "t_seeds")] = (
-                    [(str(k), " ".join(map(str, s)), iv.mean, iv.low, iv.high) for k, (iv, s) in sorted(stats.items())],
-                    "",
-                )
+                rows = [(str(k), " ".join(map(str, s)), iv.mean, iv.low, iv.high)
+                        for k, (iv, s) in sorted(stats.items())]  # fmt: skip
+                frames[(metric, "t_seeds")] = (rows, "")
     except ResultsError as exc:
         return str(exc)
     return left_out, frames, long

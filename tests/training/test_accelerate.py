@@ -3,10 +3,11 @@
 Note: `accelerate launch --cpu --num_processes 2` starts ONE process in accelerate 1.15 (`--cpu` always
 takes the simple launcher); two CPU processes need the multi-process launcher, here through
 conf/accelerate/ddp.yaml (MULTI_GPU = torchrun; without CUDA the processes use gloo).
-The reference is one process (the test's own) with the same global batch (8 completions = 2 prompts x 4 per step). The
-sampled completions differ between the two layouts (each rank draws from its own generator), so per-step
-values agree only up to sampling noise; the tolerances still catch a wrong normaliser (a factor of 2 in
-the loss/gradient from num_processes), tokens counted on one rank only, or ranks training apart.
+The reference is one process (the test's own) with the same global batch (8 completions = 2 prompts x 4
+per step). The sampled completions differ between the two layouts (each rank draws from its own
+generator), so per-step values agree only up to sampling noise; the tolerances still catch a wrong
+normaliser (a factor of 2 in the loss/gradient from num_processes), tokens counted on one rank only, or
+ranks training apart.
 """
 
 from __future__ import annotations
