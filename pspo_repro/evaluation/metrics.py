@@ -49,20 +49,26 @@ def majority_vote(answers: Sequence[Hashable | None], correct: Sequence[bool]) -
     """
     if len(answers) != len(correct):
         raise ValueError(f"majority_vote: {len(answers)} answers but {len(correct)} grades")
-    counts: dict[Hashable, int] = {}
-    for a in answers:
-        if a is not None:
-            counts[a] = counts.get(a, 0) + 1
+    counts = _tally(answers)
+    counts.pop(None, None)  # "no answer" is no candidate here; the others keep their first-seen order
     if not counts:
         return False
     winner = _first_most_frequent(counts)
     return bool(next(c for a, c in zip(answers, correct, strict=True) if a == winner))
 
 
+def _tally(answers: Sequence[Hashable | None]) -> dict[Hashable | None, int]:
+    """How often each answer occurs, keys in the order first seen (a dict keeps insertion order)."""
+    counts: dict[Hashable | None, int] = {}
+    for a in answers:
+        counts[a] = counts.get(a, 0) + 1
+    return counts
+
+
 def _first_most_frequent(counts: dict[Any, int]) -> Any:
-    """The first-seen of the most frequent answers: a dict keeps its keys in the order first seen, and
-    ``max`` returns the first of equal maxima (``Counter.most_common``'s tie rule; a plain dict and this
-    ``max`` cost ~half of building a Counter and scanning for its top, and analysis votes millions of times)."""
+    """The first-seen of the most frequent answers of a ``_tally``: ``max`` returns the first of equal maxima
+    (``Counter.most_common``'s tie rule; a plain dict and this ``max`` cost ~half of building a Counter and
+    scanning for its top, and analysis votes millions of times)."""
     return max(counts, key=counts.__getitem__)
 
 
@@ -75,9 +81,7 @@ def authors_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
     """The authors' majority vote: (winning answer or None for "no answer", its count); ties: first seen."""
     if not answers:
         raise ValueError("authors_vote needs at least one answer")
-    counts: dict[str | None, int] = {}
-    for a in answers:
-        counts[a] = counts.get(a, 0) + 1
+    counts = _tally(answers)
     winner = _first_most_frequent(counts)
     return winner, counts[winner]
 
