@@ -134,9 +134,10 @@ def cell_problem(cell: dict[str, Any], recomputed: dict[str, float] | None = Non
             return f"per_prompt[{i}] is not an object"
         if why := record_problem(r, cell["n_samples"]):
             return f"per_prompt[{i}] {why}"
-        if with_lists is not None and has_samples(r) != with_lists:
+        holds = has_samples(r)
+        if with_lists is not None and holds != with_lists:
             return f"per_prompt[{i}] and per_prompt[0] differ in holding the per-sample lists"
-        with_lists = has_samples(r)
+        with_lists = holds
     ids = [r.get("id") for r in rows]
     if not all(isinstance(x, str) and x for x in ids) or len(set(ids)) != len(ids):
         return "per_prompt ids must be distinct non-empty strings"

@@ -4,5 +4,6 @@
 name into a path under results/), ``atomic`` (writes that never leave half a file), ``run_dir`` (a
 training run's folder, run.json and checkpoint markers), ``provenance`` (git sha and package versions),
 ``redact`` (secrets kept out of every record), ``cli`` (one-line errors and option checks shared by the
-entry points), ``startup`` (a command's heavy imports with the garbage collector paused, then frozen). Imports nothing else of the package.
+entry points), ``startup`` (a command's heavy imports with the garbage collector paused, then frozen).
+Imports nothing else of the package.
 """
