@@ -14,7 +14,7 @@ CONF_DIR = PROJECT_ROOT / "conf"  # the Hydra configs of every entry point
 
 
 def cache_dir() -> Path:
-    """Folder for locally built artefacts (the tiny model); ``PSPO_CACHE_DIR`` overrides it."""
+    """Folder for locally built artefacts (the tiny model, prompt token counts); ``PSPO_CACHE_DIR`` overrides it."""
     return Path(os.environ.get("PSPO_CACHE_DIR", PROJECT_ROOT / ".cache" / "pspo_repro"))
 
 

@@ -1,0 +1,94 @@
+"""Token counts of chat prompts, kept on disk by content: what every training run's prompt-length filter reads.
+
+A run drops the prompts longer than ``trainer.max_prompt_length`` tokens, so it counts the tokens of its whole
+training set before it starts: GSM8K's 7,000 prompts take ~1.7 CPU s with the tiny model's tokenizer, twice
+what its four training steps take (docs/benchmarks.md). The counts depend on nothing but the tokenizer and the
+rendered prompts, so they are kept in ``cache_dir()/prompt_lengths/<sha256 of both>.json`` and read back by
+each later run with the same pair (another seed, method or learning rate). The key covers the tokenizer's whole
+serialised state (vocabulary, merges, added tokens, normaliser), its class, the transformers and tokenizers
+versions and every rendered prompt: a change to any of them is a new key, counted afresh.
+
+A file that does not hold one non-negative count per prompt (edited, cut short) is not used: the prompts are
+counted again and the file replaced. A cache folder that cannot be written is reported once per run, which
+goes on with the counts it computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from pspo_repro.common.atomic import write_text
+from pspo_repro.common.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+FORMAT = "prompt-lengths/1"  # a new layout of the key or the file gets a new name here
+
+
+def prompt_lengths(tokenizer: Any, chats: list[list[dict]], folder: Path | None = None) -> list[int]:
+    """The number of tokens of each chat as a generation prompt (``apply_chat_template(...,
+    add_generation_prompt=True, tokenize=True)``), read from ``folder`` (default ``cache_dir()/prompt_lengths``)
+    when counted before with the same tokenizer, else counted and kept there."""
+    if not chats:
+        return []
+    texts = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
+    key = _key(tokenizer, texts)
+    if key is None:  # a tokenizer without a serialisable backend: nothing to key on, counted each time
+        return count(tokenizer, chats)
+    path = (folder if folder is not None else cache_dir() / "prompt_lengths") / f"{key}.json"
+    kept = _read(path, len(chats))
+    if kept is not None:
+        return kept
+    lengths = count(tokenizer, chats)
+    try:
+        write_text(
+            path, json.dumps({"format": FORMAT, "n": len(lengths), "lengths": lengths}, separators=(",", ":"))
+        )
+    except OSError as exc:
+        log.warning("prompt token counts not kept (each run will count them again): %s", exc)
+    return lengths
+
+
+def count(tokenizer: Any, chats: list[list[dict]]) -> list[int]:
+    """Count the tokens: one batched call (the library renders every chat, then tokenizes the texts at once).
+    return_dict=False: lists of ids (transformers 5 returns a BatchEncoding by default, whose len is its keys)."""
+    ids = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=True, return_dict=False)
+    return [len(x) for x in ids]
+
+
+def _key(tokenizer: Any, texts: list[str]) -> str | None:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        return None
+    import tokenizers
+    import transformers
+
+    h = hashlib.sha256()
+    head = (FORMAT, transformers.__version__, tokenizers.__version__, type(tokenizer).__qualname__,
+            str(getattr(backend, "encode_special_tokens", None)), backend.to_str())  # fmt: skip
+    for part in (*head, *texts):  # each part with its length first: no two lists of parts hash alike
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _read(path: Path, n: int) -> list[int] | None:
+    """The counts kept in ``path`` when it holds ``n`` of them, each a non-negative int; else None."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            kept = json.load(fh)
+    except (OSError, ValueError):  # missing, unreadable, not JSON or not UTF-8
+        return None
+    if not isinstance(kept, dict) or kept.get("format") != FORMAT or kept.get("n") != n:
+        return None
+    lengths = kept.get("lengths")
+    if not isinstance(lengths, list) or len(lengths) != n:
+        return None
+    if not all(type(x) is int and x >= 0 for x in lengths):
+        return None
+    return lengths
