@@ -9,8 +9,9 @@ serialised state (vocabulary, merges, added tokens, normaliser), its class, the 
 versions and every rendered prompt: a change to any of them is a new key, counted afresh.
 
 A file that does not hold one non-negative count per prompt (edited, cut short) is not used: the prompts are
-counted again and the file replaced. A cache folder that cannot be written is reported once per run, which
-goes on with the counts it computed.
+counted again and the file replaced. A cache folder that cannot be written is reported in a warning, and the
+run goes on with the counts it computed. A tokenizer that cannot be serialised (a custom Python component) is
+counted every time.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def prompt_lengths(tokenizer: Any, chats: list[list[dict]], folder: Path | None 
         return []
     texts = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=False)
     key = _key(tokenizer, texts)
-    if key is None:  # a tokenizer without a serialisable backend: nothing to key on, counted each time
+    if key is None:  # no serialisable backend: nothing to key on, counted each time
         return count(tokenizer, chats)
     path = (folder if folder is not None else cache_dir() / "prompt_lengths") / f"{key}.json"
     kept = _read(path, len(chats))
@@ -64,12 +65,16 @@ def _key(tokenizer: Any, texts: list[str]) -> str | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "to_str"):
         return None
+    try:
+        state = backend.to_str()
+    except Exception:  # a custom (Python) component refuses to serialise: nothing to key on
+        return None
     import tokenizers
     import transformers
 
     h = hashlib.sha256()
     head = (FORMAT, transformers.__version__, tokenizers.__version__, type(tokenizer).__qualname__,
-            str(getattr(backend, "encode_special_tokens", None)), backend.to_str())  # fmt: skip
+            str(getattr(backend, "encode_special_tokens", None)), state)  # fmt: skip
     for part in (*head, *texts):  # each part with its length first: no two lists of parts hash alike
         data = part.encode("utf-8", "surrogatepass")
         h.update(len(data).to_bytes(8, "little"))

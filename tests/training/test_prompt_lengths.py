@@ -124,3 +124,25 @@ def test_to_dataset_from_kept_counts_is_the_dataset_counted_afresh(tokenizer, tm
     _no_counting(monkeypatch)
     again = grpo.to_dataset(problems, tokenizer, "paper", limit)
     assert again.to_list() == counted.to_list() and len(again) == 3
+
+
+class _Unserialisable:
+    """The tiny tokenizer behind a backend that cannot be written out (a custom Python component), or none."""
+
+    def __init__(self, tokenizer, backend):
+        self._tokenizer, self.backend_tokenizer = tokenizer, backend
+
+    def apply_chat_template(self, *args, **kwargs):
+        return self._tokenizer.apply_chat_template(*args, **kwargs)
+
+
+class _RefusingBackend:
+    def to_str(self):
+        raise Exception("Custom PreTokenizer cannot be serialized")
+
+
+@pytest.mark.parametrize("backend", [None, _RefusingBackend()], ids=["no backend", "refuses to serialise"])
+def test_a_tokenizer_without_a_key_is_counted_every_time_and_nothing_kept(backend, tokenizer, tmp_path):
+    chats = _chats()
+    assert pl.prompt_lengths(_Unserialisable(tokenizer, backend), chats, tmp_path) == _fresh(tokenizer, chats)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
