@@ -8,6 +8,7 @@ result that is malformed, duplicated or inconsistent with its neighbours raises
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -382,6 +383,7 @@ def is_authors_metric(metric: str) -> bool:
     return metric.startswith("authors_") and is_proportion(metric)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a prompt set's golds recur in every cell of it (~120,000 rows, ~100 golds)
 def authors_gold_parses(gold: str) -> bool:
     """Whether the authors' extractor reads a number from ``gold``; their maths_plots.py ``load_runs``
     skips a prompt whose gold it cannot read (``continue``), so no metric of theirs counts it."""
