@@ -5,7 +5,7 @@ back from the cache (``pspo_repro.training.prompt_lengths``), side by side.
 
 The prompts are those a training run of ``conf/train.yaml`` counts (default ``model=tiny``: GSM8K's training
 split with the paper's template, the tiny model's tokenizer). Each round, in alternating order, counts them
-afresh (``prompt_lengths.count``, the code every run ran before), and asks the cache: a miss (an empty cache
+afresh (``apply_chat_template(..., tokenize=True)``, the call every run made before), and asks the cache: a miss (an empty cache
 folder: count, then keep) and a hit (read back). One tokenizer thread (``TOKENIZERS_PARALLELISM=false``, as
 in the tests). Prints the median CPU seconds of each and the ratios, and checks the three give the same counts.
 """
@@ -25,6 +25,12 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before the tokenizer loads: on
 def cpu() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def _afresh(tokenizer, chats) -> list[int]:
+    """What every training run counted before the cache: the library renders and tokenizes in one call."""
+    ids = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=True, return_dict=False)
+    return [len(x) for x in ids]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind in order:
                 start = cpu()
                 got = (
-                    pl.count(tokenizer, chats)
+                    _afresh(tokenizer, chats)
                     if kind == "afresh"
                     else pl.prompt_lengths(tokenizer, chats, folder)
                 )

@@ -50,6 +50,9 @@ def test_counts_are_kept_and_read_back_without_counting(tokenizer, tmp_path, mon
     chats = _chats()
     first = pl.prompt_lengths(tokenizer, chats, tmp_path)
     assert first == _fresh(tokenizer, chats)
+    # ... and what the filter counted before the cache, through the library's own tokenize path
+    ids = tokenizer.apply_chat_template(chats, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert first == [len(x) for x in ids]
     [kept] = tmp_path.iterdir()
     assert json.loads(kept.read_text())["lengths"] == first
     _no_counting(monkeypatch)
@@ -75,7 +78,7 @@ def test_another_tokenizer_or_prompt_set_is_counted_afresh(change, tiny_model_di
     assert got == _fresh(tok, chats)
     assert len(list(tmp_path.iterdir())) == 2
     if change == "tokenizer":
-        assert got != pl.count(AutoTokenizer.from_pretrained(tiny_model_dir), chats)  # it did change a count
+        assert got != _fresh(AutoTokenizer.from_pretrained(tiny_model_dir), chats)  # it did change a count
 
 
 @pytest.mark.parametrize(
@@ -134,6 +137,9 @@ class _Unserialisable:
 
     def apply_chat_template(self, *args, **kwargs):
         return self._tokenizer.apply_chat_template(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
 
 
 class _RefusingBackend:
