@@ -10,8 +10,11 @@ log file and exit status. Every job starts from the server's state right after i
 another job's, so a job computes what it computes in a fresh interpreter (the end-to-end test of
 tests/pipelines/test_mini.py recomputes its pipeline in fresh interpreters and compares, bit for bit).
 
-A job whose environment is not the server's (``sft.threads`` other than ``threads``: the thread count is read
-when torch loads) or whose command is not ``<this python> -m <module>`` runs in a fresh interpreter.
+A job starts warm when its command is ``<this python> -m <module> ...`` or ``<this python> -c <code> ...`` and its
+environment is the configured one but for ``PSPO_*`` variables: only this project's modules read those, and each
+job imports them itself, after its environment is in place (so one server serves, say, runs that differ in their
+results folder). Any other difference (``sft.threads`` other than ``threads``: the thread count is read when
+torch loads) or any other command runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import runpy
 import subprocess
 import sys
+import types
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
@@ -48,8 +52,11 @@ try:
 except ValueError:  # a platform without it (Windows): every job starts fresh
     _context = None
 _env: dict[str, str] | None = None  # the environment a job needs to start warm (configure); None: none does
+_server_env: dict[str, str] | None = None  # the environment the running server was started with
 _server_running = False
-_cpu_seconds = 0.0  # CPU of the warm jobs ended under the running server (its children, not ours, until it ends)
+_cpu_seconds = (
+    0.0  # CPU of the warm jobs ended under the running server (its children, not ours, until it ends)
+)
 
 
 class WarmJob:
@@ -76,10 +83,21 @@ class WarmJob:
         """SIGTERM to the job, as ``Popen.terminate``."""
         self._process.terminate()
 
-    def wait(self) -> int:
-        """Wait for the job to end; its exit status."""
-        self._process.join()
-        return self.poll()
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the job, as ``Popen.send_signal`` (nothing once it has ended)."""
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL to the job, as ``Popen.kill``."""
+        self._process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the job to end; its exit status. ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+        self._process.join(timeout)
+        if self.poll() is None:
+            raise subprocess.TimeoutExpired(self._process.name, timeout)
+        return self.returncode
 
     def _collect_cpu(self) -> None:
         global _cpu_seconds
@@ -108,40 +126,61 @@ def children_cpu() -> float:
     return t.children_user + t.children_system + _cpu_seconds + server
 
 
+def same_imports(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Whether environments ``a`` and ``b`` differ at most in ``PSPO_*`` variables, which no preloaded package
+    reads (a job forked from a server started with ``a`` may run with ``b``)."""
+    return {k: v for k, v in a.items() if not k.startswith("PSPO_")} == {
+        k: v for k, v in b.items() if not k.startswith("PSPO_")
+    }
+
+
 def configure(env: dict[str, str] | None) -> None:
-    """Jobs with exactly this environment start warm from now on (None: none does); the server starts, with
-    it, when the first of them does. A running server is stopped first."""
+    """Jobs with this environment (but for ``PSPO_*`` variables) start warm from now on (None: none does); the
+    server starts, with it, when the first of them does. A running server started with another environment
+    is stopped first; one started with this environment but for ``PSPO_*`` variables serves on."""
     global _env
-    stop()
+    if env is None or _server_env is None or not same_imports(env, _server_env):
+        stop()
     _env = dict(env) if env is not None else None
 
 
-def start(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmJob | subprocess.Popen:
-    """Start ``cmd`` with its output appended to ``log``: forked from the server when the job can be (the
-    configured environment; ``<this python> -m <module>``), else as a fresh interpreter (``subprocess.Popen``)."""
-    module = cmd[2] if len(cmd) > 2 and cmd[:2] == [sys.executable, "-m"] else None
-    if module is not None and _context is not None and _env is not None and env == _env:
-        return _start_warm(module, cmd[3:], cwd, env, log)
-    with open(log, "a") as fh:
-        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+def start(
+    cmd: list[str], cwd: Path, env: dict[str, str], log: Path, err: Path | None = None
+) -> WarmJob | subprocess.Popen:
+    """Start ``cmd`` with its output appended to ``log`` (its error stream to ``err``, if given): forked from the
+    server when the job can be (the configured environment but for ``PSPO_*`` variables; ``<this python> -m
+    <module>`` or ``-c <code>``), else as a fresh interpreter (``subprocess.Popen``)."""
+    how = cmd[1] if len(cmd) > 2 and cmd[0] == sys.executable and cmd[1] in ("-m", "-c") else None
+    if how is not None and _context is not None and _env is not None and same_imports(env, _env):
+        return _start_warm(how, cmd[2], cmd[3:], cwd, env, log, err)
+    with open(log, "a") as out:
+        if err is None:
+            return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        with open(err, "a") as err_out:
+            return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err_out)
 
 
 def stop() -> None:
     """Stop the server, if one runs (the end of a pipeline run), and warm starts with it."""
-    global _env, _server_running, _cpu_seconds
+    global _env, _server_env, _server_running, _cpu_seconds
     if _server_running:
         forkserver._forkserver._stop()  # the only way to stop it; the stdlib's own tests use it
         _server_running = False
         _cpu_seconds = 0.0  # reaped: the server's and its jobs' CPU are now in os.times()'s children
-    _env = None
+    _env = _server_env = None
 
 
-def _start_warm(module: str, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> WarmJob:
+def _start_warm(
+    how: str, what: str, args: list[str], cwd: Path, env: dict[str, str], log: Path, err: Path | None
+) -> WarmJob:
     if not _server_running:
         _start_server(env)
     receive, send = _context.Pipe(duplex=False)
-    process = _context.Process(target=_run_module, args=(module, args, str(cwd), env, str(log), send),
-                               name=f"warm:{module}")  # fmt: skip
+    process = _context.Process(
+        target=_run_module,
+        args=(how, what, args, str(cwd), env, str(log), str(err) if err is not None else None, send),
+        name=f"warm:{what if how == '-m' else '-c'}",
+    )
     process.start()
     send.close()  # the child holds its own end
     return WarmJob(process, receive)
@@ -149,7 +188,7 @@ def _start_warm(module: str, args: list[str], cwd: Path, env: dict[str, str], lo
 
 def _start_server(env: dict[str, str]) -> None:
     """Start the forkserver with ``env`` as its environment (what the preloaded packages read as they load)."""
-    global _server_running
+    global _server_env, _server_running
     forkserver._forkserver._stop()  # one started elsewhere in this process would have another environment
     _context.set_forkserver_preload(list(PRELOAD))
     saved = dict(os.environ)
@@ -160,25 +199,42 @@ def _start_server(env: dict[str, str]) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    _server_env = dict(env)
     _server_running = True
 
 
-def _run_module(module: str, args: list[str], cwd: str, env: dict[str, str], log: str, cpu_pipe: Any) -> None:
-    """In the forked child: become ``python -m <module> <args>`` in ``cwd`` with ``env``, output to ``log``."""
+def _run_module(
+    how: str,
+    what: str,
+    args: list[str],
+    cwd: str,
+    env: dict[str, str],
+    log: str,
+    err: str | None,
+    cpu_pipe: Any,
+) -> None:
+    """In the forked child: become ``python -m <what> <args>`` (``how`` "-m") or ``python -c <what> <args>`` (``how``
+    "-c") in ``cwd`` with ``env``, output to ``log`` (and the error stream to ``err``, if given)."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
     if cwd not in sys.path:
-        sys.path.insert(0, cwd)  # `python -m` puts the working folder first
+        sys.path.insert(0, cwd)  # `python -m` puts the working folder first (`-c`: "", the same folder)
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.argv = [module, *args]
+    for target, stream in ((log, 1), (err if err is not None else log, 2)):
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, stream)
+        os.close(fd)
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        if how == "-m":
+            sys.argv = [what, *args]
+            runpy.run_module(what, run_name="__main__", alter_sys=True)
+        else:  # as `python -c`: the code runs as a fresh __main__ module, argv[0] is "-c"
+            sys.argv = ["-c", *args]
+            main = types.ModuleType("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(what, "<string>", "exec"), main.__dict__)
     finally:
         # What a fresh interpreter does on its way out (multiprocessing ends the child with os._exit).
         atexit._run_exitfuncs()

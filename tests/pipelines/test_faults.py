@@ -14,12 +14,12 @@ import logging
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 from pspo_repro.common import atomic
 from pspo_repro.common.paths import PROJECT_ROOT
@@ -109,16 +109,14 @@ def _wait_for(pred, proc, timeout=120.0, poll=0.01) -> bool:
 # ---------------------------------------------------------------- training
 
 
-@pytest.mark.xdist_group("faults_straight_run")  # one worker: the module fixture runs once
+@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
 @pytest.mark.slow
 def test_sigkill_during_training_resumes_to_the_same_weights_and_metrics(tmp_path, straight_run):
     results = tmp_path / "results"
     cmd = [sys.executable, "-m", "pspo_repro.train", *TRAIN]
     k = random.Random(FAULT_SEED).randint(1, 3)
     folder = results / "runs" / "tiny" / "noclip" / straight_run.name  # same overrides, same folder
-    proc = subprocess.Popen(
-        cmd, cwd=PROJECT, env=_env(results), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    proc = warm_cli.popen(cmd, cwd=PROJECT, env=_env(results), out=tmp_path / "killed.log")
     try:
         # As soon as checkpoint-k appears (often mid-save): a real SIGKILL, no clean-up of any kind.
         assert _wait_for(lambda: (folder / f"checkpoint-{k}").exists(), proc), "run ended before the kill"
@@ -130,7 +128,7 @@ def test_sigkill_during_training_resumes_to_the_same_weights_and_metrics(tmp_pat
     assert proc.returncode == -signal.SIGKILL
     assert json.loads((folder / "run.json").read_text())["status"] == "running"
 
-    again = subprocess.run(cmd, cwd=PROJECT, env=_env(results), capture_output=True, text=True, timeout=300)
+    again = warm_cli.run(cmd, cwd=PROJECT, env=_env(results), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     run = json.loads((folder / "run.json").read_text())
     assert run["status"] == "finished" and run["final_step"] == 4
@@ -196,7 +194,7 @@ def straight_eval_run(tmp_path_factory, tiny_model_dir):
     return _train_in_process(TRAIN_EVAL, tmp_path_factory.mktemp("straight_eval") / "results")
 
 
-@pytest.mark.xdist_group("faults_straight_eval_run")  # one worker: the module fixture runs once
+@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2])
 def test_kill_during_a_checkpoint_save_logs_each_validation_once(tmp_path, straight_eval_run, n):
@@ -205,17 +203,18 @@ def test_kill_during_a_checkpoint_save_logs_each_validation_once(tmp_path, strai
     run resumes from checkpoint-1. Either way every step's validation is there once, in order, with the
     uninterrupted run's values."""
     results = tmp_path / "results"
-    killed = subprocess.run(
+    killed = warm_cli.run(
         [sys.executable, "-c", KILL_AT_MARKER, str(n), *TRAIN_EVAL],
-        cwd=PROJECT, env=_env(results), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=PROJECT,
+        env=_env(results),
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     folder = next((results / "runs" / "tiny" / "noclip").iterdir())
     assert 0 in _eval_steps(folder)  # the step-0 validation was logged before the kill
-    again = subprocess.run(
-        [sys.executable, "-m", "pspo_repro.train", *TRAIN_EVAL],
-        cwd=PROJECT, env=_env(results), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    again = warm_cli.run(
+        [sys.executable, "-m", "pspo_repro.train", *TRAIN_EVAL], cwd=PROJECT, env=_env(results), timeout=300
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((folder / "run.json").read_text())["status"] == "finished"
     assert [r["step"] for r in _metrics(folder)] == [0, 1, 2, 3]
@@ -316,7 +315,7 @@ def test_damaged_latest_checkpoint_is_detected_and_set_aside(tmp_path, caplog, d
     assert not bad.exists() and (tmp_path / "bad-checkpoint-4").is_dir()  # kept for inspection
 
 
-@pytest.mark.xdist_group("faults_straight_run")  # one worker: the module fixture runs once
+@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
 @pytest.mark.slow
 def test_corrupted_latest_checkpoint_resumes_from_the_previous_one(tmp_path, straight_run, caplog):
     results = tmp_path / "results"
@@ -441,15 +440,13 @@ def _eval_cmd():
     return [sys.executable, "-m", "pspo_repro.evaluate", *SWEEP]
 
 
-@pytest.mark.xdist_group("faults_reference_sweep")  # one worker: the module fixture runs once
+@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
 @pytest.mark.slow
 def test_sigkill_during_sweep_then_rerun_gives_identical_files(tmp_path, reference_sweep):
     results = tmp_path / "results"
     part = results / "eval" / "tiny" / "baseline" / "seed0" / "gsm8k" / "T0.0.partial.jsonl"
     k = random.Random(FAULT_SEED + 1).randint(1, 3)  # chunks finished before the kill
-    proc = subprocess.Popen(
-        _eval_cmd(), cwd=PROJECT, env=_env(results), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = warm_cli.popen(_eval_cmd(), cwd=PROJECT, env=_env(results), out=tmp_path / "killed.log")
     try:
         lines = lambda: part.read_text().count("\n") if part.exists() else 0  # noqa: E731
         assert _wait_for(lambda: lines() >= 1 + 5 * k, proc, poll=0.002), "sweep ended before the kill"
@@ -460,9 +457,7 @@ def test_sigkill_during_sweep_then_rerun_gives_identical_files(tmp_path, referen
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
     assert not (part.parent / "T0.8.json").exists()
-    again = subprocess.run(
-        _eval_cmd(), cwd=PROJECT, env=_env(results), capture_output=True, text=True, timeout=300
-    )
+    again = warm_cli.run(_eval_cmd(), cwd=PROJECT, env=_env(results), timeout=300)
     assert again.returncode == 0, again.stderr
     files = _cell_files(results)
     assert files == reference_sweep  # byte-identical: no duplicated, missing or reordered rows
@@ -472,15 +467,15 @@ def test_sigkill_during_sweep_then_rerun_gives_identical_files(tmp_path, referen
         assert len(gzip.decompress(files[f"{t}.completions.jsonl.gz"]).splitlines()) == 20
 
 
-@pytest.mark.xdist_group("faults_reference_sweep")  # one worker: the module fixture runs once
+@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
 @pytest.mark.slow
 def test_two_processes_on_one_cell_do_the_work_once(tmp_path, reference_sweep):
     results = tmp_path / "results"
-    procs = [
-        subprocess.Popen(_eval_cmd(), cwd=PROJECT, env=_env(results), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)
-    ]  # fmt: skip
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+    logs = [tmp_path / f"evaluator{i}.log" for i in range(2)]
+    procs = [warm_cli.popen(_eval_cmd(), cwd=PROJECT, env=_env(results), out=log) for log in logs]
+    for p in procs:
+        p.wait(timeout=300)
+    outs = [log.read_text() for log in logs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert _cell_files(results) == reference_sweep
     generated = [o for o in outs if "evaluating " in o]
@@ -551,6 +546,7 @@ def _whole_figure(name: str, data: bytes) -> bool:
     return False
 
 
+@pytest.mark.xdist_group("faults")  # one warm server (warm_cli)
 @pytest.mark.slow
 def test_sigkill_during_aggregation_leaves_every_output_whole(tmp_path):
     results, out = tmp_path / "results", tmp_path / "tables"
@@ -560,9 +556,9 @@ def test_sigkill_during_aggregation_leaves_every_output_whole(tmp_path):
     new = _aggregate_in_process(results, tmp_path / "expected")
     # os.replace calls: one per staged output, the journal, then one per output in the switch.
     n = random.Random(FAULT_SEED + 2).randint(2, 2 * len(new) + 1)
-    proc = subprocess.run(
+    proc = warm_cli.run(
         [sys.executable, "-c", KILL_AT_REPLACE, str(n), f"results_dir={results}", f"out_dir={out}"],
-        cwd=PROJECT, env=_env(results), capture_output=True, timeout=300,
+        cwd=PROJECT, env=_env(results), timeout=300,
     )  # fmt: skip
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     now = {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}

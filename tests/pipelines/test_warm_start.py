@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -64,7 +65,10 @@ def test_a_warm_job_runs_as_python_dash_m(probe):
     assert isinstance(job, warm_start.WarmJob)
     assert _finish(job) == 3  # the exit status is the job's
     lines = log.read_text().splitlines()
-    assert lines[0] == "$ header" and lines[-2:] == ["to stderr", "atexit ran"]  # after the header, stderr too
+    assert lines[0] == "$ header" and lines[-2:] == [
+        "to stderr",
+        "atexit ran",
+    ]  # after the header, stderr too
     seen = json.loads(lines[1])
     assert seen["name"] == "__main__" and seen["argv"] == ["a=1", "b c", "3"]
     assert seen["cwd"] == str(tmp_path) and seen["env"] == "server"
@@ -111,3 +115,50 @@ def test_cpu_of_warm_jobs_is_counted_once(probe):
     assert counted - before >= 0.25  # the job's 0.3 s busy loop (not our own CPU)
     warm_start.stop()  # the reaped server brings its jobs' CPU into os.times(): not counted a second time
     assert abs(warm_start.children_cpu() - counted) < 0.15
+
+
+def test_pspo_variables_may_differ_and_the_job_sees_its_own(probe):
+    """Only this project's modules read PSPO_* variables, and each job imports them itself: a job whose
+    environment differs from the server's only there starts warm, with its own values; configuring such an
+    environment keeps the running server. Any other difference starts a fresh interpreter."""
+    tmp_path, env = probe
+    job, log = _run(tmp_path, {**env, "PSPO_RESULTS_DIR": "job-a"}, "0")
+    assert isinstance(job, warm_start.WarmJob) and _finish(job) == 0
+    server = warm_start.forkserver._forkserver._forkserver_pid
+    warm_start.configure({**env, "PSPO_RESULTS_DIR": "job-b", "PSPO_LOG_DIR": "x"})
+    job, log = _run(tmp_path, {**env, "PSPO_RESULTS_DIR": "job-c"}, "0")
+    assert isinstance(job, warm_start.WarmJob) and _finish(job) == 0
+    assert warm_start.forkserver._forkserver._forkserver_pid == server  # the same server
+    assert isinstance(_run(tmp_path, {**env, "OTHER": "1"}, "0")[0], subprocess.Popen)
+    assert warm_start.same_imports({"A": "1", "PSPO_X": "1"}, {"A": "1"})
+    assert not warm_start.same_imports({"A": "1"}, {"A": "2", "PSPO_X": "1"})
+    assert not warm_start.same_imports({"A": "1"}, {"A": "1", "PSPO": "1"})  # the prefix is PSPO_
+    warm_start.configure({**env, "OTHER": "1"})  # another environment: the server is stopped
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)
+
+
+def test_dash_c_code_runs_as_python_dash_c_with_its_own_error_stream(probe):
+    tmp_path, env = probe
+    code = "import sys; print(__name__, sys.argv); print('err', file=sys.stderr); sys.exit(int(sys.argv[-1]))"
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    job = warm_start.start([sys.executable, "-c", code, "a b", "4"], tmp_path, env, out, err)
+    assert isinstance(job, warm_start.WarmJob)
+    assert job.wait(timeout=60) == 4
+    assert out.read_text() == "__main__ ['-c', 'a b', '4']\n" and err.read_text() == "err\n"
+    cold = warm_start.start([sys.executable, "-c", code, "5"], tmp_path, {**env, "OTHER": "1"}, out, err)
+    assert isinstance(cold, subprocess.Popen) and cold.wait(timeout=60) == 5
+    assert err.read_text() == "err\nerr\n"  # appended, as the warm job's
+
+
+def test_kill_send_signal_and_wait_timeout_as_popen(probe):
+    tmp_path, env = probe
+    job, log = _run(tmp_path, env, "sleep")
+    with pytest.raises(subprocess.TimeoutExpired):
+        job.wait(timeout=0.2)
+    job.send_signal(signal.SIGKILL)
+    assert job.wait(timeout=30) == -signal.SIGKILL
+    job.send_signal(signal.SIGTERM)  # ended: nothing to signal, no error
+    job, log = _run(tmp_path, env, "sleep")
+    job.kill()
+    assert job.wait(timeout=30) == -signal.SIGKILL
