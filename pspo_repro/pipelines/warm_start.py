@@ -10,7 +10,7 @@ log file and exit status. Every job starts from the server's state right after i
 another job's, so a job computes what it computes in a fresh interpreter (the end-to-end test of
 tests/pipelines/test_mini.py recomputes its pipeline in fresh interpreters and compares, bit for bit).
 
-A job starts warm when its command is ``<this python> -m <module> ...`` or ``<this python> -c <code> ...`` and its
+A job starts warm when its command is ``<this python> -m <module> ...`` or ``<this python> <script>.py ...`` and its
 environment is the configured one but for ``PSPO_*`` variables: only this project's modules read those, and each
 job imports them itself, after its environment is in place (so one server serves, say, runs that differ in their
 results folder). Any other difference (``sft.threads`` other than ``threads``: the thread count is read when
@@ -25,7 +25,6 @@ import os
 import runpy
 import subprocess
 import sys
-import types
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
@@ -149,10 +148,14 @@ def start(
 ) -> WarmJob | subprocess.Popen:
     """Start ``cmd`` with its output appended to ``log`` (its error stream to ``err``, if given): forked from the
     server when the job can be (the configured environment but for ``PSPO_*`` variables; ``<this python> -m
-    <module>`` or ``-c <code>``), else as a fresh interpreter (``subprocess.Popen``)."""
-    how = cmd[1] if len(cmd) > 2 and cmd[0] == sys.executable and cmd[1] in ("-m", "-c") else None
+    <module>`` or ``<this python> <script>.py``), else as a fresh interpreter (``subprocess.Popen``)."""
+    how = None
+    if len(cmd) > 2 and cmd[0] == sys.executable and cmd[1] == "-m":
+        how, what, args = "-m", cmd[2], cmd[3:]
+    elif len(cmd) > 1 and cmd[0] == sys.executable and cmd[1].endswith(".py") and not cmd[1].startswith("-"):
+        how, what, args = "script", cmd[1], cmd[2:]
     if how is not None and _context is not None and _env is not None and same_imports(env, _env):
-        return _start_warm(how, cmd[2], cmd[3:], cwd, env, log, err)
+        return _start_warm(how, what, args, cwd, env, log, err)
     with open(log, "a") as out:
         if err is None:
             return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -179,7 +182,7 @@ def _start_warm(
     process = _context.Process(
         target=_run_module,
         args=(how, what, args, str(cwd), env, str(log), str(err) if err is not None else None, send),
-        name=f"warm:{what if how == '-m' else '-c'}",
+        name=f"warm:{what}",
     )
     process.start()
     send.close()  # the child holds its own end
@@ -213,13 +216,15 @@ def _run_module(
     err: str | None,
     cpu_pipe: Any,
 ) -> None:
-    """In the forked child: become ``python -m <what> <args>`` (``how`` "-m") or ``python -c <what> <args>`` (``how``
-    "-c") in ``cwd`` with ``env``, output to ``log`` (and the error stream to ``err``, if given)."""
+    """In the forked child: become ``python -m <what> <args>`` (``how`` "-m") or ``python <what> <args>`` (``how``
+    "script") in ``cwd`` with ``env``, output to ``log`` (and the error stream to ``err``, if given)."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)  # `python -m` puts the working folder first (`-c`: "", the same folder)
+    # `python -m` puts the working folder first on the path, `python <script>` the script's folder
+    first = cwd if how == "-m" else os.path.dirname(os.path.abspath(what))
+    if first not in sys.path:
+        sys.path.insert(0, first)
     sys.stdout.flush()
     sys.stderr.flush()
     for target, stream in ((log, 1), (err if err is not None else log, 2)):
@@ -230,11 +235,9 @@ def _run_module(
         if how == "-m":
             sys.argv = [what, *args]
             runpy.run_module(what, run_name="__main__", alter_sys=True)
-        else:  # as `python -c`: the code runs as a fresh __main__ module, argv[0] is "-c"
-            sys.argv = ["-c", *args]
-            main = types.ModuleType("__main__")
-            sys.modules["__main__"] = main
-            exec(compile(what, "<string>", "exec"), main.__dict__)
+        else:
+            sys.argv = [what, *args]
+            runpy.run_path(what, run_name="__main__")
     finally:
         # What a fresh interpreter does on its way out (multiprocessing ends the child with os._exit).
         atexit._run_exitfuncs()

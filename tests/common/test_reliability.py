@@ -50,6 +50,10 @@ ALLOWED = {
         'open(log, "a")',
     ): "a stage's streaming subprocess log (work/logs/), not a result",
     (
+        "pipelines/warm_start.py",
+        'open(err, "a")',
+    ): "a job's streaming error log, beside its output log, not a result",
+    (
         "training/models.py",
         "save_pretrained(tmp",
     ): "random_init model saved to a temp folder, then renamed into place",

@@ -156,23 +156,9 @@ def test_kill_after_the_budget_checkpoint_finishes_without_another_step(tmp_path
     assert (folder / "metrics.jsonl").read_text() == metrics
 
 
-# Runs training and SIGKILLs it inside the n-th checkpoint's save: the Trainer has written the folder's
-# files, the completion marker is not yet there (the window a kill "during the save" hits).
-KILL_AT_MARKER = """
-import os, signal, sys
-import pspo_repro.common.run_dir as r
-n = [int(sys.argv[1])]
-real = r.write_checkpoint_marker
-def marker(ckpt, step):
-    n[0] -= 1
-    if n[0] == 0:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(ckpt, step)
-r.write_checkpoint_marker = marker
-sys.argv = ["pspo_repro.train", *sys.argv[2:]]
-from pspo_repro.training import grpo
-grpo.main()
-"""
+# A command that SIGKILLs itself at the n-th call of a function (training: inside a checkpoint's save;
+# aggregation: at an atomic replace), started warm like the others.
+KILL_AT = Path(__file__).with_name("kill_at.py")
 
 # Validation before the first step and at every step, a checkpoint at every step.
 TRAIN_EVAL = [
@@ -204,7 +190,7 @@ def test_kill_during_a_checkpoint_save_logs_each_validation_once(tmp_path, strai
     uninterrupted run's values."""
     results = tmp_path / "results"
     killed = warm_cli.run(
-        [sys.executable, "-c", KILL_AT_MARKER, str(n), *TRAIN_EVAL],
+        [sys.executable, str(KILL_AT), "marker", str(n), *TRAIN_EVAL],
         cwd=PROJECT,
         env=_env(results),
         timeout=300,
@@ -486,24 +472,6 @@ def test_two_processes_on_one_cell_do_the_work_once(tmp_path, reference_sweep):
 
 # ---------------------------------------------------------------- aggregation
 
-# Runs the aggregator and SIGKILLs it at the n-th atomic replace: the temp file is whole, not yet moved.
-KILL_AT_REPLACE = """
-import os, signal, sys
-import pspo_repro.common.atomic as a
-n = [int(sys.argv[1])]
-real = os.replace
-def replace(src, dst):
-    n[0] -= 1
-    if n[0] == 0:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(src, dst)
-a.os = type(sys)("os_shim"); a.os.__dict__.update(os.__dict__); a.os.replace = replace
-sys.argv = ["pspo_repro.aggregate", *sys.argv[2:]]
-from pspo_repro.analysis import aggregate
-from pspo_repro.common.paths import PROJECT_ROOT
-aggregate.main()
-"""
-
 
 def _agg_tree(root: Path, shift: float) -> None:
     for method, base in (("clip", 0.4), ("pspo", 0.5)):
@@ -557,7 +525,7 @@ def test_sigkill_during_aggregation_leaves_every_output_whole(tmp_path):
     # os.replace calls: one per staged output, the journal, then one per output in the switch.
     n = random.Random(FAULT_SEED + 2).randint(2, 2 * len(new) + 1)
     proc = warm_cli.run(
-        [sys.executable, "-c", KILL_AT_REPLACE, str(n), f"results_dir={results}", f"out_dir={out}"],
+        [sys.executable, str(KILL_AT), "replace", str(n), f"results_dir={results}", f"out_dir={out}"],
         cwd=PROJECT, env=_env(results), timeout=300,
     )  # fmt: skip
     assert proc.returncode == -signal.SIGKILL, proc.stderr

@@ -83,7 +83,7 @@ def test_another_environment_or_command_runs_in_a_fresh_interpreter(probe):
     assert _finish(job) == 0
     seen = json.loads(log.read_text().splitlines()[1])
     assert seen["env"] == "other" and seen["at_import"] is None  # nothing preloaded there
-    cold = warm_start.start([sys.executable, str(tmp_path / "warm_probe.py"), "0"], tmp_path, env, log)
+    cold = warm_start.start([sys.executable, "-u", "-m", "warm_probe", "0"], tmp_path, env, log)  # a flag
     assert isinstance(cold, subprocess.Popen)
     _finish(cold)
     warm_start.configure(None)
@@ -138,17 +138,32 @@ def test_pspo_variables_may_differ_and_the_job_sees_its_own(probe):
         os.kill(server, 0)
 
 
-def test_dash_c_code_runs_as_python_dash_c_with_its_own_error_stream(probe):
+def test_a_script_runs_as_python_script_with_its_own_error_stream(probe):
+    """``<python> <script>.py args``: the script as __main__, its folder first on the path, argv[0] its path."""
     tmp_path, env = probe
-    code = "import sys; print(__name__, sys.argv); print('err', file=sys.stderr); sys.exit(int(sys.argv[-1]))"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "beside.py").write_text("WHERE = 'beside the script'\n")
+    script = tmp_path / "sub" / "script.py"
+    script.write_text(
+        "import sys, beside\n"
+        "print(__name__, sys.argv, beside.WHERE, sys.path[0])\n"
+        "print('err', file=sys.stderr)\n"
+        "sys.exit(int(sys.argv[-1]))\n"
+    )
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
-    job = warm_start.start([sys.executable, "-c", code, "a b", "4"], tmp_path, env, out, err)
+    job = warm_start.start([sys.executable, str(script), "a b", "4"], tmp_path, env, out, err)
     assert isinstance(job, warm_start.WarmJob)
     assert job.wait(timeout=60) == 4
-    assert out.read_text() == "__main__ ['-c', 'a b', '4']\n" and err.read_text() == "err\n"
-    cold = warm_start.start([sys.executable, "-c", code, "5"], tmp_path, {**env, "OTHER": "1"}, out, err)
+    assert out.read_text() == f"__main__ {[str(script), 'a b', '4']} beside the script {script.parent}\n"
+    assert err.read_text() == "err\n"
+    cold = warm_start.start([sys.executable, str(script), "5"], tmp_path, {**env, "OTHER": "1"}, out, err)
     assert isinstance(cold, subprocess.Popen) and cold.wait(timeout=60) == 5
+    assert (
+        out.read_text().splitlines()[-1] == f"__main__ {[str(script), '5']} beside the script {script.parent}"
+    )
     assert err.read_text() == "err\nerr\n"  # appended, as the warm job's
+    code = [sys.executable, "-c", "print(1)"]  # code in an argument: a fresh interpreter
+    assert isinstance(warm_start.start(code, tmp_path, env, out), subprocess.Popen)
 
 
 def test_kill_send_signal_and_wait_timeout_as_popen(probe):
