@@ -112,7 +112,7 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs 3 workers with ``--dist loadgroup``), the tests that submit to
+    """Under pytest-xdist (``make test`` runs 4 workers with ``--dist loadgroup``), the tests that submit to
     the one local Slurm cluster run in one worker per file (xdist group ``slurm:<file>``), one after another:
     the launcher's tests (a small app, mostly waiting on Slurm) beside the pipelines' (training jobs). The node
     runs two jobs per core (scripts/slurm_local.sh), so one group's short job does not queue behind the other's.

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_cli
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -370,7 +370,11 @@ def _config_case(config):
 def setup_runs_two_base_models(tmp, results, tiny):
     """Two seeds of one method folder trained from different base models (config.model.path)."""
     for seed, path in ((0, "/models/a"), (1, "/models/b")):
-        config = {"model": {"name": "tiny", "path": path}, "method": {"name": "pspo"}, "trainer": {"max_grad_norm": 1.0}}
+        config = {
+            "model": {"name": "tiny", "path": path},
+            "method": {"name": "pspo"},
+            "trainer": {"max_grad_norm": 1.0},
+        }
         _records_run(results, _GOOD, folder=f"seed{seed}", seed=seed, config=config)
     return {}
 
@@ -844,7 +848,8 @@ SUBPROCESS_IDS = [
 
 @pytest.fixture(scope="module")
 def subprocess_runs(tmp_path_factory, tiny_model_dir):
-    """Start every sampled case at once (they are mostly import time), then collect them."""
+    """Start every sampled case at once, then collect them: each a process of its own, forked from the warm
+    server of tests/warm_cli.py where its environment allows (a case that sets another variable starts fresh)."""
     procs = {}
     for case in CASES:
         if case[0] not in SUBPROCESS_IDS:
@@ -852,24 +857,22 @@ def subprocess_runs(tmp_path_factory, tiny_model_dir):
         tmp = tmp_path_factory.mktemp(case[0])
         argv, env, results = _prepare(case, tmp, tiny_model_dir)
         full_env = {**os.environ, **env, "OMP_NUM_THREADS": "1"}
-        proc = subprocess.Popen(
+        before = _snapshot(results)
+        logs = tmp_path_factory.mktemp(f"{case[0]}-logs")
+        proc = warm_cli.popen(
             [sys.executable, "-m", f"pspo_repro.{case[1]}", *argv],
-            cwd=PROJECT,
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        procs[case[0]] = (case, proc, _snapshot(results), results)
+            cwd=PROJECT, env=full_env, out=logs / "stdout", err=logs / "stderr",
+        )  # fmt: skip
+        procs[case[0]] = (case, proc, before, results, logs / "stderr")
     out = {}
-    for name, (case, proc, before, results) in procs.items():
-        _, err = proc.communicate(timeout=400)  # 12 interpreters started together on 2 cores
-        out[name] = (case, proc.returncode, err, before, results)
+    for name, (case, proc, before, results, err) in procs.items():
+        code = proc.wait(timeout=400)  # 12 commands started together on 2 cores
+        out[name] = (case, code, err.read_text(), before, results)
     return out
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("bad_input_subprocess")  # one worker: the fixture's processes start once
+@pytest.mark.xdist_group("warm_cli")  # one worker: the fixture's processes start once, from one warm server
 @pytest.mark.parametrize("name", SUBPROCESS_IDS)
 def test_bad_input_subprocess(name, subprocess_runs):
     case, code, err, before, results = subprocess_runs[name]

@@ -1,8 +1,9 @@
-"""The fault tests' commands started warm: ``python -m <module>`` / ``python -c <code>`` forked from the server of
+"""Test commands started warm (the fault tests', the bad-input cases run as processes): ``python -m <module>`` / ``python -c <code>`` forked from the server of
 pspo_repro/pipelines/warm_start.py (the ML stack imported once per test process), as ``subprocess.run`` /
 ``subprocess.Popen`` would start them, output captured the same way.
 
-Each command is still a process of its own, killed for real where a test kills it, and it imports this
+The tests that use it share one xdist group (``warm_cli``): one worker, one server. Each command is still a
+process of its own, killed for real where a test kills it, and it imports this
 project's modules itself, with its own environment: only the third-party imports (~4 of a tiny training
 command's ~5.5 CPU s) are shared. That a forked job computes what a fresh interpreter computes is
 tests/pipelines/test_mini.py's bitwise comparison; a command the server cannot run (another interpreter,
@@ -24,12 +25,12 @@ def _env(env: dict[str, str]) -> dict[str, str]:
 
 
 def popen(
-    cmd: list[str], *, cwd: Path, env: dict[str, str], out: Path
+    cmd: list[str], *, cwd: Path, env: dict[str, str], out: Path, err: Path | None = None
 ) -> warm_start.WarmJob | subprocess.Popen:
-    """Start ``cmd`` with its output (both streams) appended to ``out``."""
+    """Start ``cmd`` with its output appended to ``out`` (its error stream to ``err``, if given, else to ``out``)."""
     env = _env(env)
     warm_start.configure(env)
-    return warm_start.start(cmd, cwd, env, out)
+    return warm_start.start(cmd, cwd, env, out, err)
 
 
 def run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

@@ -109,7 +109,7 @@ def _wait_for(pred, proc, timeout=120.0, poll=0.01) -> bool:
 # ---------------------------------------------------------------- training
 
 
-@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
+@pytest.mark.xdist_group("warm_cli")  # one worker: the module fixtures run once, one warm server
 @pytest.mark.slow
 def test_sigkill_during_training_resumes_to_the_same_weights_and_metrics(tmp_path, straight_run):
     results = tmp_path / "results"
@@ -180,7 +180,7 @@ def straight_eval_run(tmp_path_factory, tiny_model_dir):
     return _train_in_process(TRAIN_EVAL, tmp_path_factory.mktemp("straight_eval") / "results")
 
 
-@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
+@pytest.mark.xdist_group("warm_cli")  # one worker: the module fixtures run once, one warm server
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2])
 def test_kill_during_a_checkpoint_save_logs_each_validation_once(tmp_path, straight_eval_run, n):
@@ -301,7 +301,7 @@ def test_damaged_latest_checkpoint_is_detected_and_set_aside(tmp_path, caplog, d
     assert not bad.exists() and (tmp_path / "bad-checkpoint-4").is_dir()  # kept for inspection
 
 
-@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
+@pytest.mark.xdist_group("warm_cli")  # one worker: the module fixtures run once, one warm server
 @pytest.mark.slow
 def test_corrupted_latest_checkpoint_resumes_from_the_previous_one(tmp_path, straight_run, caplog):
     results = tmp_path / "results"
@@ -426,7 +426,7 @@ def _eval_cmd():
     return [sys.executable, "-m", "pspo_repro.evaluate", *SWEEP]
 
 
-@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
+@pytest.mark.xdist_group("warm_cli")  # one worker: the module fixtures run once, one warm server
 @pytest.mark.slow
 def test_sigkill_during_sweep_then_rerun_gives_identical_files(tmp_path, reference_sweep):
     results = tmp_path / "results"
@@ -453,7 +453,7 @@ def test_sigkill_during_sweep_then_rerun_gives_identical_files(tmp_path, referen
         assert len(gzip.decompress(files[f"{t}.completions.jsonl.gz"]).splitlines()) == 20
 
 
-@pytest.mark.xdist_group("faults")  # one worker: the module fixtures run once, one warm server (warm_cli)
+@pytest.mark.xdist_group("warm_cli")  # one worker: the module fixtures run once, one warm server
 @pytest.mark.slow
 def test_two_processes_on_one_cell_do_the_work_once(tmp_path, reference_sweep):
     results = tmp_path / "results"
@@ -514,7 +514,7 @@ def _whole_figure(name: str, data: bytes) -> bool:
     return False
 
 
-@pytest.mark.xdist_group("faults")  # one warm server (warm_cli)
+@pytest.mark.xdist_group("warm_cli")  # one worker, one warm server
 @pytest.mark.slow
 def test_sigkill_during_aggregation_leaves_every_output_whole(tmp_path):
     results, out = tmp_path / "results", tmp_path / "tables"
