@@ -27,10 +27,10 @@ env:
 	@bash scripts/setup_env.sh
 	@$(PY) -m compileall -q pspo_repro hydra_plugins scripts > /dev/null
 
-# Four pytest-xdist workers on the 2-core machine (docs/benchmarks.md: the suite's time): the Slurm tests are
-# two groups, one worker each (tests/conftest.py), which mostly wait on their jobs, and two run the rest beside
-# them. PYTEST_WORKERS=0 runs in one process.
-PYTEST_WORKERS ?= 4
+# Three pytest-xdist workers on the 2-core machine (docs/benchmarks.md: the suite's time): the Slurm tests
+# share one worker (tests/conftest.py), which mostly waits on their jobs, and two run the rest beside it.
+# PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 3
 PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: env

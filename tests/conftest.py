@@ -112,19 +112,17 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs 4 workers with ``--dist loadgroup``), the tests that submit to
-    the one local Slurm cluster run in one worker per file (xdist group ``slurm:<file>``), one after another:
-    the launcher's tests (a small app, mostly waiting on Slurm) beside the pipelines' (training jobs). The node
-    runs two jobs per core (scripts/slurm_local.sh), so one group's short job does not queue behind the other's.
+    """Under pytest-xdist (``make test`` runs 3 workers with ``--dist loadgroup``), the tests that submit to
+    the one local Slurm cluster run in one worker, one after another, as they did before.
 
     First among the hooks: pytest-xdist's worker reads the ``xdist_group`` marks in its own hook, which runs
     before this file's otherwise (this conftest is registered before the worker's plugin, and pluggy calls
     the last registered first), so the Slurm tests were split over the workers by file."""
     for item in items:
         if item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group(f"slurm:{item.path.stem}"))
-    # The Slurm tests first: their chains (~2 and ~4 minutes, mostly waiting on jobs) then run beside the rest
-    # on their own workers from the start, instead of starting a third of the way in and ending last.
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+    # The Slurm tests first: their chain (~6 minutes, mostly waiting on jobs) then runs beside the rest on
+    # its own worker from the start, instead of starting a third of the way in and ending last.
     items.sort(key=lambda item: item.get_closest_marker("slurm") is None)
 
 

@@ -10,8 +10,6 @@ tests fail with the reason rather than skip.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import subprocess
@@ -39,56 +37,22 @@ LOCAL = [
 ]
 
 
-@contextlib.contextmanager
-def _cluster_users():
-    """The test processes using the local cluster (``{"started": bool, "pids": [...]}`` in its state folder),
-    read and written under a lock: the Slurm tests run in two xdist groups (tests/conftest.py), and the cluster
-    is stopped by the last of its users, and only if a test process started it."""
-    folder = Path(os.environ.get("PSPO_SLURM_DIR", ROOT / ".slurm"))
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".test_users.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        path = folder / ".test_users.json"
-        state = json.loads(path.read_text()) if path.is_file() else {"started": False, "pids": []}
-        state["pids"] = [pid for pid in state["pids"] if _alive(pid)]  # a killed worker's entry
-        yield state
-        path.write_text(json.dumps(state))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="session")
 def slurm_env():
-    """Environment for commands that talk to the local cluster; starts it if needed, and stops it at the end
-    of the last test process using it if a test process started it."""
-    with _cluster_users() as users:
-        if not users["pids"]:
-            users["started"] = (
-                subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode != 0
-            )
-        t0 = time.monotonic()
-        r = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=1200)
-        if r.returncode != 0:
-            pytest.fail(
-                f"the local Slurm cluster did not start (scripts/slurm_local.sh start):\n{r.stderr[-4000:]}"
-            )
-        users["pids"].append(os.getpid())
+    """Environment for commands that talk to the local cluster; starts it if needed, stops it only then."""
+    was_up = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
+    t0 = time.monotonic()
+    r = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=1200)
+    if r.returncode != 0:
+        pytest.fail(
+            f"the local Slurm cluster did not start (scripts/slurm_local.sh start):\n{r.stderr[-4000:]}"
+        )
     conf = r.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
     print(f"[slurm] cluster ready in {time.monotonic() - t0:.1f} s, SLURM_CONF={conf}", file=sys.stderr)
     env = dict(os.environ, SLURM_CONF=conf, PYTHONPATH=str(ROOT), PSPO_SLURM_POLL_S="5")
     yield env
-    with _cluster_users() as users:
-        if os.getpid() in users["pids"]:
-            users["pids"].remove(os.getpid())  # one entry per fixture set up (two modules define it)
-        if not users["pids"] and users["started"]:
-            subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True)
-            users["started"] = False
+    if not was_up:
+        subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True)
 
 
 def _app_cmd(tmp_path: Path, *overrides: str) -> list[str]:
@@ -115,13 +79,12 @@ def _attempts(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
 
 
-def test_slurm_tests_share_one_worker_per_file(request):
-    """Under ``--dist loadgroup`` (``make test``) every Slurm test is in its file's xdist group (its node id ends
-    in ``@slurm:<file>``): the launcher tests here take turns, beside the pipeline tests' group, on the one local
-    node (two jobs per core, scripts/slurm_local.sh). A conftest hook that ran after pytest-xdist's read of the
-    marks once split them over the workers by file."""
+def test_slurm_tests_share_one_worker(request):
+    """Under ``--dist loadgroup`` (``make test``) every Slurm test is in xdist group ``slurm`` (its node id ends
+    in ``@slurm``), so they take turns on the one local node; a conftest hook that ran after pytest-xdist's
+    read of the marks once split them over the workers by file."""
     grouped = bool(getattr(request.config.option, "loadgroup", False))
-    assert request.node.nodeid.endswith("@slurm:test_slurm") == grouped, request.node.nodeid
+    assert request.node.nodeid.endswith("@slurm") == grouped, request.node.nodeid
 
 
 def test_multirun_is_one_array_and_completes(slurm_env, tmp_path):
