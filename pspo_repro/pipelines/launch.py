@@ -36,8 +36,24 @@ from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 
+
+def _seconds(name: str, default: str) -> float:
+    value = os.environ.get(name, default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"{name}={value!r}: a number of seconds >= 0 is allowed")
+    return seconds
+
+
 # How often the driver asks Slurm about jobs whose result file is not there yet (seconds).
-POLL_S = float(os.environ.get("PSPO_SLURM_POLL_S", "15"))
+POLL_S = _seconds("PSPO_SLURM_POLL_S", "15")
+# How long the driver waits for the result file of a job Slurm reports ended (seconds): a shared filesystem
+# may show it late. submitit's default, 15 s, is also how long a job that died (killed, over memory) takes to
+# be reported, since it never writes one; on one machine's disk (the local test cluster) the file is there at once.
+RESULT_WAIT_S = _seconds("PSPO_SLURM_RESULT_WAIT_S", "15")
 
 
 class SlurmJobFailed(RuntimeError):
@@ -125,6 +141,10 @@ class SlurmLauncher(_StockSlurmLauncher):
         log.info(f"Submitted Slurm array {jobs[0].job_id.split('_')[0]} ({len(jobs)} jobs); logs in {folder}")
 
         SlurmJob.watcher._delay_s = POLL_S  # class-level watcher shared by all jobs; default 600 s
+        for job in jobs:
+            job._results_timeout_s = (
+                RESULT_WAIT_S  # submitit's wait for a late result file (class default 15 s)
+            )
         results: list[JobReturn | None] = [None] * len(jobs)
         pending = dict(enumerate(jobs))
         while pending:

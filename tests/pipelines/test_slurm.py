@@ -49,7 +49,10 @@ def slurm_env():
         )
     conf = r.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
     print(f"[slurm] cluster ready in {time.monotonic() - t0:.1f} s, SLURM_CONF={conf}", file=sys.stderr)
-    env = dict(os.environ, SLURM_CONF=conf, PYTHONPATH=str(ROOT), PSPO_SLURM_POLL_S="5")
+    # One machine's disk: a job's result file is there once Slurm reports the job ended (no 15 s wait for it).
+    env = dict(
+        os.environ, SLURM_CONF=conf, PYTHONPATH=str(ROOT), PSPO_SLURM_POLL_S="5", PSPO_SLURM_RESULT_WAIT_S="1"
+    )
     yield env
     if not was_up:
         subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True)
