@@ -42,7 +42,6 @@ from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.run_dir import tagging_key
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
-from pspo_repro.methods.registry import list_methods
 from pspo_repro.pipelines import mini_committed, warm_start
 from pspo_repro.training.sft import PROGRESS
 
@@ -55,7 +54,11 @@ WAIT_S = 0.2  # how often a finished job is looked for: a core idles at most thi
 
 def registered_methods() -> list[str]:
     """Every method of the registry, sorted: ``${registered_methods:}`` in a pipeline config (the leaderboard's
-    grid), so a method added to the registry (docs/adding_a_method.md) joins the next run with no other edit."""
+    grid), so a method added to the registry (docs/adding_a_method.md) joins the next run with no other edit.
+    Imported here, where a config asks: the registry imports torch (~1.3 CPU s), which the pipeline's driver
+    does not otherwise need (its jobs do), nor a bad setting's one-line refusal."""
+    from pspo_repro.methods.registry import list_methods
+
     return sorted(list_methods())
 
 

@@ -24,7 +24,6 @@ from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.pipelines.mini import _read_record
-from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
 
 
 class ScaleError(RuntimeError):
@@ -110,8 +109,8 @@ def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
 
 def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     """Every rung's pipeline in order (each resumes itself), then the ladder's table; returns the timings."""
-    from pspo_repro.analysis import scale as scale_table
-
+    # The table's and the precision check's imports (pandas, scipy, torch: ~2.5 CPU s) wait until the settings
+    # have been checked: a bad one is refused at once.
     if not isinstance(cfg.get("reuse_committed"), bool):
         raise ScaleError(f"reuse_committed must be true or false, got {cfg.get('reuse_committed')!r}")
     if not (CONF_DIR / f"{cfg.rung_config}.yaml").is_file():
@@ -123,6 +122,8 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     previous = (_read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
     t_all = time.time()
+    from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
+
     if (only is None or only) and not native_bf16_cpu():  # the rungs' RL runs: conf/experiment/scale.yaml
         print(f"[scale] warning: the ladder's RL runs train under {EMULATED_BF16}", file=sys.stderr, flush=True)
     for i, base in enumerate(ladder):
@@ -142,6 +143,8 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     timings["total_seconds"] = round(sum(r.get("seconds") or 0.0 for r in timings["rungs"].values()), 1)
     timings["total_cpu_seconds"] = round(sum(r.get("cpu_seconds") or 0.0 for r in timings["rungs"].values()), 1)
     t0 = time.time()
+    from pspo_repro.analysis import scale as scale_table
+
     scale_table.write(root, root, ladder_spec(ladder))
     timings["table_seconds"] = round(time.time() - t0, 1)
     timings["this_invocation_seconds"] = round(time.time() - t_all, 1)
