@@ -1,14 +1,13 @@
-"""Test commands started warm (the fault tests', the bad-input cases run as processes): ``python -m <module>`` / ``python -c <code>`` forked from the server of
-pspo_repro/pipelines/warm_start.py (the ML stack imported once per test process), as ``subprocess.run`` /
-``subprocess.Popen`` would start them, output captured the same way.
+"""Test commands started warm (the fault tests', the bad-input cases run as processes): ``python -m <module>`` or
+``python <script>.py`` forked from the server of pspo_repro/pipelines/warm_start.py (the ML stack imported once
+per test process), as ``subprocess.run`` / ``subprocess.Popen`` would start them, output captured the same way.
 
 The tests that use it share one xdist group (``warm_cli``): one worker, one server. Each command is still a
-process of its own, killed for real where a test kills it, and it imports this
-project's modules itself, with its own environment: only the third-party imports (~4 of a tiny training
-command's ~5.5 CPU s) are shared. That a forked job computes what a fresh interpreter computes is
-tests/pipelines/test_mini.py's bitwise comparison; a command the server cannot run (another interpreter,
-another environment but for ``PSPO_*`` variables) runs in a fresh interpreter, as before.
-"""
+process of its own, killed for real where a test kills it, and it imports this project's modules itself, with
+its own environment: only the third-party imports (~4 of a tiny training command's ~5.5 CPU s) are shared.
+That a forked job computes what a fresh interpreter computes is tests/pipelines/test_mini.py's bitwise
+comparison; a command the server cannot run (another interpreter, another environment but for ``PSPO_*``
+variables) runs in a fresh interpreter, as before."""
 
 from __future__ import annotations
 

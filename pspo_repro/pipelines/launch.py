@@ -141,10 +141,8 @@ class SlurmLauncher(_StockSlurmLauncher):
         log.info(f"Submitted Slurm array {jobs[0].job_id.split('_')[0]} ({len(jobs)} jobs); logs in {folder}")
 
         SlurmJob.watcher._delay_s = POLL_S  # class-level watcher shared by all jobs; default 600 s
-        for job in jobs:
-            job._results_timeout_s = (
-                RESULT_WAIT_S  # submitit's wait for a late result file (class default 15 s)
-            )
+        for job in jobs:  # submitit's wait for a late result file (its class default: 15 s)
+            job._results_timeout_s = RESULT_WAIT_S
         results: list[JobReturn | None] = [None] * len(jobs)
         pending = dict(enumerate(jobs))
         while pending:

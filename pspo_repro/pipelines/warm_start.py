@@ -53,9 +53,8 @@ except ValueError:  # a platform without it (Windows): every job starts fresh
 _env: dict[str, str] | None = None  # the environment a job needs to start warm (configure); None: none does
 _server_env: dict[str, str] | None = None  # the environment the running server was started with
 _server_running = False
-_cpu_seconds = (
-    0.0  # CPU of the warm jobs ended under the running server (its children, not ours, until it ends)
-)
+# CPU of the warm jobs ended under the running server (its children, not ours, until it ends)
+_cpu_seconds = 0.0
 
 
 class WarmJob:
@@ -231,12 +230,11 @@ def _run_module(
         fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(fd, stream)
         os.close(fd)
+    sys.argv = [what, *args]
     try:
         if how == "-m":
-            sys.argv = [what, *args]
             runpy.run_module(what, run_name="__main__", alter_sys=True)
         else:
-            sys.argv = [what, *args]
             runpy.run_path(what, run_name="__main__")
     finally:
         # What a fresh interpreter does on its way out (multiprocessing ends the child with os._exit).
