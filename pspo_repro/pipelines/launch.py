@@ -34,18 +34,19 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _StockSlurmLauncher
 from omegaconf import OmegaConf
 
+from pspo_repro.common.cli import check_number
+
 log = logging.getLogger(__name__)
 
 
 def _seconds(name: str, default: str) -> float:
-    value = os.environ.get(name, default)
+    """The environment's ``name`` as seconds >= 0 (``check_number``'s one-line UsageError otherwise)."""
+    value: Any = os.environ.get(name, default)
     try:
-        seconds = float(value)
+        value = float(value)
     except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:
-        raise ValueError(f"{name}={value!r}: a number of seconds >= 0 is allowed")
-    return seconds
+        pass  # refused below, named as given
+    return check_number(name, value, low=0)
 
 
 # How often the driver asks Slurm about jobs whose result file is not there yet (seconds).
