@@ -5,10 +5,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
+# The interpreter: $PYTHON where set. Otherwise python3, unless it is a build without optimizations (pyenv and
+# source builds are, unless configured with --enable-optimizations or --with-lto) and the system's python3
+# (/usr/bin/python3; PSPO_SYSTEM_PYTHON for the tests) is 3.11 or newer and can make a venv: distributions
+# build theirs with PGO and LTO, and the test suite took ~0.8x the CPU on it (docs/benchmarks.md).
+# PYTHON=python3 keeps the first. `scripts/setup_env.sh --print-python` prints the choice and does nothing else.
+SYSTEM_PY=${PSPO_SYSTEM_PYTHON:-/usr/bin/python3}
+unoptimized='import sys, sysconfig; a = sysconfig.get_config_var("CONFIG_ARGS") or ""; sys.exit("--enable-optimizations" in a or "--with-lto" in a)'
+usable='import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 11))'
 PY=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ] && [ -x "$SYSTEM_PY" ] && [ "$(command -v python3)" != "$SYSTEM_PY" ] \
+  && python3 -c "$unoptimized" 2>/dev/null && "$SYSTEM_PY" -c "$usable" 2>/dev/null; then
+  PY=$SYSTEM_PY
+fi
+if [ "${1:-}" = --print-python ]; then echo "$PY"; exit 0; fi
 stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-12)"
 if [ -f "$stamp" ]; then exit 0; fi
-echo "[setup] creating $VENV (torch 2.13.0 first, then the project with its dev extra)" >&2
+echo "[setup] creating $VENV with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') (torch 2.13.0 first, then the project with its dev extra)" >&2
+if [ "$PY" = "$SYSTEM_PY" ] && [ -z "${PYTHON:-}" ]; then
+  echo "[setup] python3 ($(command -v python3)) was built without optimizations: using $SYSTEM_PY (PYTHON=python3 keeps it)" >&2
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
 # --no-compile, then compileall over every core: pip byte-compiles the installed files one after another
