@@ -8,7 +8,8 @@ VENV=${VENV:-.venv}
 # The interpreter: $PYTHON where set. Otherwise python3, unless it is a build without optimizations (pyenv and
 # source builds are, unless configured with --enable-optimizations or --with-lto) and the system's python3
 # (/usr/bin/python3; PSPO_SYSTEM_PYTHON for the tests) is 3.11 or newer and can make a venv: distributions
-# build theirs with PGO and LTO, and the test suite took ~0.8x the CPU on it (docs/benchmarks.md).
+# build theirs optimized (Debian's: PGO, LTO, libpython linked in), and the test suite took ~0.8x the CPU on
+# it (docs/benchmarks.md).
 # PYTHON=python3 keeps the first. `scripts/setup_env.sh --print-python` prints the choice and does nothing else.
 SYSTEM_PY=${PSPO_SYSTEM_PYTHON:-/usr/bin/python3}
 unoptimized='import sys, sysconfig; a = sysconfig.get_config_var("CONFIG_ARGS") or ""; sys.exit("--enable-optimizations" in a or "--with-lto" in a)'
