@@ -38,11 +38,10 @@ else
   "$VENV/bin/pip" install -q --no-compile torch==2.13.0
 fi
 # The project and its dependencies through uv, pinned (it resolves and installs in parallel: ~12 s less than pip
-# here, the same versions; docs/benchmarks.md). Where uv cannot be installed, pip does it, and says so.
-if "$VENV/bin/pip" install -q uv==0.13.9; then
-  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[dev]"
-else
-  echo "[setup] uv could not be installed: pip installs the project (slower)" >&2
+# here, the same versions; docs/benchmarks.md). uv reads no pip.conf (an index or certificate set there): where
+# it cannot be installed or cannot install the project, pip does, and the set-up says so.
+if ! { "$VENV/bin/pip" install -q uv==0.13.9 && "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[dev]"; }; then
+  echo "[setup] uv could not install the project (above): pip installs it instead (slower)" >&2
   "$VENV/bin/pip" install -q --no-compile -e ".[dev]"
 fi
 site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
