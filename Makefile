@@ -35,6 +35,7 @@ PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: env
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q -m "not vllm and not authors" $(PYTEST_ARGS)
 
 test-fast: env

@@ -64,7 +64,9 @@ def main(argv: list[str]) -> int:
             torch.manual_seed(0)
             args = GRPOConfig(output_dir=f"{tmp}/{name}", report_to=[], use_cpu=True, **kwargs)
             trainer = GRPOTrainer(
-                model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True),
+                model=AutoModelForCausalLM.from_pretrained(
+                    model_dir, dtype=torch.float32, use_safetensors=True
+                ),
                 reward_funcs=lambda completions, **_: [0.0] * len(completions),
                 args=args,
                 train_dataset=Dataset.from_list([{"prompt": "x"}] * 8),

@@ -66,7 +66,9 @@ def ladder_rungs() -> list[tuple[str, list[str]]]:
     out = []
     for r in OmegaConf.load(CONF_DIR / "scale.yaml").rungs:
         arch = full_arch(OmegaConf.to_container(r.arch))
-        out.append((str(r.name), ["model.random_init=true", *(f"++model.arch.{k}={v}" for k, v in arch.items())]))
+        out.append(
+            (str(r.name), ["model.random_init=true", *(f"++model.arch.{k}={v}" for k, v in arch.items())])
+        )
     return out
 
 
@@ -170,15 +172,20 @@ def main() -> None:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rungs", default="128x2,256x4,320x6",
-                   help="hidden x layers, comma separated; or `scale`: the model-size ladder's rungs (conf/scale.yaml)")
+    p.add_argument(
+        "--rungs",
+        default="128x2,256x4,320x6",
+        help="hidden x layers, comma separated; or `scale`: the model-size ladder's rungs (conf/scale.yaml)",
+    )
     p.add_argument("--steps", type=int, default=4, help="timed optimizer steps per variant (even: 2 passes)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--variants", default="before,after,after+bf16")
     a = p.parse_args()
     torch.set_num_threads(1)  # the pipeline's setting: one thread per process, two processes
     names = a.variants.split(",")
-    print(f"cpu: {cpu_model()}; torch {torch.__version__}; 1 thread; steps {a.steps} after {a.warmup} warm-up")
+    print(
+        f"cpu: {cpu_model()}; torch {torch.__version__}; 1 thread; steps {a.steps} after {a.warmup} warm-up"
+    )
     if a.rungs == "scale":
         rungs = ladder_rungs()
     else:
@@ -188,12 +195,10 @@ def main() -> None:
             runners = {}
             for name in names:
                 torch.manual_seed(0)  # the same initial weights for every variant
-                tr, n_params = build(
-                    [*MINI_TRAINER, *arch, *VARIANTS[name]], Path(tmp) / name / "x" / "run"
-                )
+                tr, n_params = build([*MINI_TRAINER, *arch, *VARIANTS[name]], Path(tmp) / name / "x" / "run")
                 runners[name] = step_runner(tr, a.warmup)
             for i in range(a.steps + a.warmup):  # interleaved, so load drift on the machine hits all alike
-                for name in names[i % len(names):] + names[: i % len(names)]:
+                for name in names[i % len(names) :] + names[: i % len(names)]:
                     runners[name][0]()
             base = None
             for name in names:

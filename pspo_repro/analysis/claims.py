@@ -154,7 +154,9 @@ class Records:
         """The value ``tuning[tuned]`` selects for ``method`` (and the point's other keys), recomputed from the
         tuning runs' validation rewards (analysis.tuning.select: the pipeline's own choice)."""
         if tuned not in self.tuning:
-            raise ClaimsError(f"tuned: {tuned!r} is not in the spec's tuning section ({', '.join(self.tuning)})")
+            raise ClaimsError(
+                f"tuned: {tuned!r} is not in the spec's tuning section ({', '.join(self.tuning)})"
+            )
         t = self.tuning[tuned]
         key = (method, tuned, json.dumps(point, sort_keys=True))
         if key not in self.selected:
@@ -313,7 +315,9 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
             limit = rec.run(run["run_dir"].iloc[0]).max_grad_norm  # inf: clipping off (0 or null)
             norms = wide.get("train/grad_norm", pd.Series(dtype=float))
             if norms.isna().any():  # a NaN norm is not "not clipped"
-                raise ClaimsError(f"{spec['id']}: {run['run_dir'].iloc[0]} logged a non-finite train/grad_norm")
+                raise ClaimsError(
+                    f"{spec['id']}: {run['run_dir'].iloc[0]} logged a non-finite train/grad_norm"
+                )
             if norms.empty:
                 continue
             seeds[int(seed)] = 0.0 if math.isinf(limit) else float((norms > limit).mean())
@@ -377,7 +381,9 @@ def m_interaction(rec: Records, spec: dict[str, Any]) -> Measured:
     whether A's advantage over B grows as the sampling temperature rises (robustness, not level)."""
     metric = spec.get("metric", "true_acc")
     lo, hi = (float(t) for t in spec["temperatures"])
-    v = {(w, t): _seed_values(rec, {**spec[w], "temperature": t}, metric) for w in ("a", "b") for t in (lo, hi)}
+    v = {
+        (w, t): _seed_values(rec, {**spec[w], "temperature": t}, metric) for w in ("a", "b") for t in (lo, hi)
+    }
     seeds = sorted(set.intersection(*(set(x) for x in v.values())))
     if not seeds:
         raise ClaimsError(f"{spec['id']}: no seed has both groups at both temperatures")
@@ -579,7 +585,9 @@ def key_test(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
                     test)  # fmt: skip
         if test != "bootstrap" and len(d.seeds) > 1:
             other = seed_tests(_diff_seeds(d))
-            t.extra.append("beside it: " + ", ".join(f"{k} p = {v:.3g}" for k, v in other.items() if k != test))
+            t.extra.append(
+                "beside it: " + ", ".join(f"{k} p = {v:.3g}" for k, v in other.items() if k != test)
+            )
         return t
     if name == "non_inferior":  # "as well as or better": the difference is above -margin
         d = need("diff")
@@ -744,8 +752,8 @@ def markdown(
         "",
         f"**Statistics.** Each claim has one key test; its raw p and its Holm-adjusted p over the {family} "
         f"claims whose key test is a sampling test (family-wise level {ALPHA:g}) stand beside the verdict. "
-        "\"Supported\" or \"contradicted\" only when the adjusted p is below the level (and in the direction "
-        "the rule names); otherwise \"not resolved\". Checks of a deterministic property (a gradient that is "
+        '"Supported" or "contradicted" only when the adjusted p is below the level (and in the direction '
+        'the rule names); otherwise "not resolved". Checks of a deterministic property (a gradient that is '
         "zero by construction, per-prompt identity of fp32 CPU runs) have no p and sit outside the family.",
     ]
     if selections:

@@ -135,9 +135,9 @@ def _run_rows(rec: Records, method: str, tag: str) -> list[dict[str, Any]]:
     out = []
     runs = rec.runs
     if not runs.empty:  # a run left out of the statistics is named: no share moves without a word
-        for r in runs[(runs["method"] == method) & (runs["tag"] == tag) & (runs["status"] != "finished")].to_dict(
-            "records"
-        ):
+        for r in runs[
+            (runs["method"] == method) & (runs["tag"] == tag) & (runs["status"] != "finished")
+        ].to_dict("records"):
             print(f"warning: {r['run_dir']}: status {r['status']}; left out of the leaderboard's run statistics "
                   "(finished runs only)", file=sys.stderr, flush=True)  # fmt: skip
     for r in _finished(rec, method, tag):
@@ -561,7 +561,9 @@ def write(
             raise UnknownReference(f"reference={reference!r} is no method of the records; the methods are: "
                                    f"{', '.join(present)}")  # fmt: skip
     regimes = [  # titles (drawn into the figure too) from redacted text: a tag is user text
-        regime_rows(rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {redact(tag)})" if tag else ""))
+        regime_rows(
+            rec, tag, reference, 0.95, alpha, "Learning regime" + (f" (tag {redact(tag)})" if tag else "")
+        )
     ]
     if offpolicy_tag:
         title = f"Stale mini-batches (tag {redact(offpolicy_tag)})"

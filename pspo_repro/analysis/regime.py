@@ -246,7 +246,9 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     from pspo_repro.analysis.plots import render
 
     png = render(fractions_figure(results_dir, tag, runs), ("png",))["png"]
-    write_set(redact_files({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES)
+    write_set(
+        redact_files({paths[0]: markdown(rows), paths[1]: table.getvalue(), paths[2]: png}), OUTPUT_SUFFIXES
+    )
     return paths
 
 

@@ -161,7 +161,10 @@ _FLAG_CHECKS = (lambda v: set(map(type, v)) <= _INT and set(v) <= _BITS, lambda 
 _SAMPLE_CHECKS = {
     "reward_flags": _FLAG_CHECKS,
     "true_flags": _FLAG_CHECKS,
-    "lengths": (lambda v: set(map(type, v)) <= _INT and (not v or min(v) >= 0), lambda x: _is_int(x) and x >= 0),
+    "lengths": (
+        lambda v: set(map(type, v)) <= _INT and (not v or min(v) >= 0),
+        lambda x: _is_int(x) and x >= 0,
+    ),
     "rewards": (lambda v: set(map(type, v)) <= _NUMBER and all(map(math.isfinite, v)), _is_num),
     "answers": (lambda v: set(map(type, v)) <= _TEXT, lambda x: x is None or isinstance(x, str)),
 }
@@ -383,7 +386,9 @@ def is_authors_metric(metric: str) -> bool:
     return metric.startswith("authors_") and is_proportion(metric)
 
 
-@functools.lru_cache(maxsize=1 << 16)  # a prompt set's golds recur in every cell of it (~120,000 rows, ~100 golds)
+@functools.lru_cache(
+    maxsize=1 << 16
+)  # a prompt set's golds recur in every cell of it (~120,000 rows, ~100 golds)
 def authors_gold_parses(gold: str) -> bool:
     """Whether the authors' extractor reads a number from ``gold``; their maths_plots.py ``load_runs``
     skips a prompt whose gold it cannot read (``continue``), so no metric of theirs counts it."""

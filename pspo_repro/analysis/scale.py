@@ -125,7 +125,10 @@ def read_ladder(root: Path, ladder: list[dict[str, Any]], spec: Path = SPEC) -> 
         rec.check_one_model(f"the ladder's rung {name}")
         results = C.evaluate(rec, checked["claims"], checked.get("tuning") or {})
         rung = Rung(name, size, b.get("general_of"), dict(b.get("sft") or {}), rec, results)
-        for key, g in (("true", {"method": "baseline"}), ("held", {"method": "baseline", "dataset": "synthetic_heldout"})):
+        for key, g in (
+            ("true", {"method": "baseline"}),
+            ("held", {"method": "baseline", "dataset": "synthetic_heldout"}),
+        ):
             rung.base[key] = float(rec.cells(g, "true_acc")["value"].iloc[0])
         rung.base["reward"] = float(rec.cells({"method": "baseline"}, "reward_acc")["value"].iloc[0])
         rung.base["habit"] = habit_rate(rec)
@@ -179,15 +182,24 @@ def measured(rung: Rung, mid: str) -> C.Measured | None:
 
 def size_points(rungs: list[Rung], mid: str) -> list[tuple[float, float]]:
     """(log10 parameters, per-seed value of ``mid``) over the size rungs."""
-    return [(math.log10(r.params), v) for r in rungs if not r.general_of for v in measured(r, mid).seeds.values()]
+    return [
+        (math.log10(r.params), v) for r in rungs if not r.general_of for v in measured(r, mid).seeds.values()
+    ]
 
 
 def claim13(rungs: list[Rung]) -> dict[str, Any]:
     """Claim 13's rows: size slopes and the specialisation pair, for the key difference and preservation."""
     rows: dict[str, dict[str, Any]] = {}
-    for mid, what in ((KEY_DIFF, "GR-PSPO - GRPO-clip, true accuracy"), (PRESERVE_DIFF, "GR-PSPO - GRPO-clip, held-out skill")):
+    for mid, what in (
+        (KEY_DIFF, "GR-PSPO - GRPO-clip, true accuracy"),
+        (PRESERVE_DIFF, "GR-PSPO - GRPO-clip, held-out skill"),
+    ):
         s = slope(size_points(rungs, mid))
-        rows[f"size_{mid}"] = {**s, "label": f"{what}: slope per decade of parameters", "key": mid == KEY_DIFF}
+        rows[f"size_{mid}"] = {
+            **s,
+            "label": f"{what}: slope per decade of parameters",
+            "key": mid == KEY_DIFF,
+        }
         for g in (r for r in rungs if r.general_of):
             spec_rung = next(r for r in rungs if r.name == g.general_of)
             a, b = measured(spec_rung, mid).seeds, measured(g, mid).seeds
@@ -285,7 +297,11 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
         mix = " / ".join(map(str, sft_mix(r.sft)))
         out.append(f"| {r.label} | {r.params:,} | {mix} | {C._pct(r.base['true'])} | {C._pct(r.base['reward'])} | "
                    f"{C._pct(r.base['habit'])} | {C._pct(r.base['held'])} |")  # fmt: skip
-    out += ["", "Stop-early habit: share of the base's greedy test answers that are the first worked line's result.", ""]
+    out += [
+        "",
+        "Stop-early habit: share of the base's greedy test answers that are the first worked line's result.",
+        "",
+    ]
     out += ["## Methods at each rung", ""]
     for r in rungs:
         out += [f"### {r.label}: {r.params:,} parameters", "", "| method | lr | true acc | reward-style acc | held-out skill |",
@@ -314,7 +330,9 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
             s = slope(size_points(rungs, diff)) if diff and measured(sizes[0], diff).seeds else None
         except ValueError:
             s = None
-        out.append(f"| {res['claim']} | " + " | ".join(cells) + f" | {across(vs)} | {_iv(s, True) if s else '-'} |")
+        out.append(
+            f"| {res['claim']} | " + " | ".join(cells) + f" | {across(vs)} | {_iv(s, True) if s else '-'} |"
+        )
     out += ["", "## Claim 13: PSPO's advantage grows with model size and domain specialisation", "",
             "Rule (pspo_repro/analysis/scale.py): (a) the least-squares slope of the per-seed GR-PSPO - GRPO-clip "
             "true-accuracy differences (tuned lrs) against log10 parameters over the size rungs, t interval; (b) at "

@@ -88,7 +88,9 @@ def best_validation(metrics_path: Path) -> float:
 
 def best_of(rows: list[dict[str, Any]]) -> float:
     """The best ``eval/reward`` after step 0 among checked metrics rows (NaN when there is none)."""
-    values = [float(r[VALIDATION_METRIC]) for r in rows if r["step"] > 0 and r.get(VALIDATION_METRIC) is not None]
+    values = [
+        float(r[VALIDATION_METRIC]) for r in rows if r["step"] > 0 and r.get(VALIDATION_METRIC) is not None
+    ]
     return max(values) if values else math.nan
 
 

@@ -71,4 +71,7 @@ def redact_files(files: dict[Path, str | bytes]) -> dict[Path, str | bytes]:
     (``redact``): the analysis commands pass each set through here on its way to ``atomic.write_set``. Bytes
     (rendered figures) are passed as they are: their labels come from text already redacted."""
     secrets = secret_values()
-    return {path: redact(content, secrets) if isinstance(content, str) else content for path, content in files.items()}
+    return {
+        path: redact(content, secrets) if isinstance(content, str) else content
+        for path, content in files.items()
+    }

@@ -236,7 +236,10 @@ def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
         for kind in kinds:  # prompt_value's pass@k, without its per-call dispatch (the hot loop of analysis)
             field = f"{kind}_correct"
             metrics[f"{kind}_pass@{k}"] = _mean(
-                [pass_at_k(n, int(r[field]), k) if k <= n else None for r, n in zip(per_prompt, ns, strict=True)]
+                [
+                    pass_at_k(n, int(r[field]), k) if k <= n else None
+                    for r, n in zip(per_prompt, ns, strict=True)
+                ]
             )
     if not all(has_samples(r) for r in per_prompt):
         return metrics

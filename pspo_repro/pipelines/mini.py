@@ -190,7 +190,12 @@ def _tail(path: Path | None, n: int = 25) -> str:
 
 
 def run_jobs(
-    jobs: list[Job], parallel: int, env: dict[str, str], bar, progress, ready: Callable[[], list[Job]] | None = None
+    jobs: list[Job],
+    parallel: int,
+    env: dict[str, str],
+    bar,
+    progress,
+    ready: Callable[[], list[Job]] | None = None,
 ) -> None:
     """Run ``jobs`` with at most ``parallel`` at once, highest priority then largest cost first;
     ``progress()`` -> units done. ``ready()``, when given, is asked for more jobs whenever one ends (jobs that
@@ -374,7 +379,9 @@ def run_status(folder: Path) -> str | None:
         return None
 
 
-def _rl_job(cfg: DictConfig, root: Path, group: DictConfig, name: str, sweep: dict[str, str], cost: float) -> Job:
+def _rl_job(
+    cfg: DictConfig, root: Path, group: DictConfig, name: str, sweep: dict[str, str], cost: float
+) -> Job:
     """One Hydra multirun of pspo_repro.train: the group's sweep point(s) over its seeds."""
     seeds = ",".join(map(str, group_seeds(cfg, group)))
     cmd = [
@@ -588,7 +595,11 @@ def cells_done(root: Path, run: Path, overrides: list[str]) -> bool:
         values = [float(t) for t in temps.strip("[]").split(",") if t.strip()]
     except ValueError:
         return False
-    rel = run.relative_to(root / "runs") if run.is_relative_to(root / "runs") else run.relative_to(root / "eval")
+    rel = (
+        run.relative_to(root / "runs")
+        if run.is_relative_to(root / "runs")
+        else run.relative_to(root / "eval")
+    )
     return bool(datasets and values) and all(
         (root / "eval" / rel / d / f"T{t:.1f}.json").is_file() for d in datasets for t in values
     )
@@ -697,7 +708,9 @@ def check_same_base(info: dict[str, Any], committed: dict[str, Any] | None, root
     (same weights hash where the committed record has one, else the same validation accuracy), or the new
     runs would be compared with runs of another base. StageError otherwise."""
     if not isinstance(committed, dict):
-        raise StageError(f"reuse_committed: {root / 'timings.json'} has no sft record to check the base against")
+        raise StageError(
+            f"reuse_committed: {root / 'timings.json'} has no sft record to check the base against"
+        )
     want, got = committed.get("model_sha256"), info.get("model_sha256")
     if want is not None and want != got:
         raise StageError(f"reuse_committed: the recomputed SFT base (sha256 {got}) differs from the committed "
@@ -986,13 +999,21 @@ def run_pipeline(cfg: DictConfig) -> dict[str, Any]:
             fp = fingerprint(cfg, stage)
             done = None if cfg.force else stage_done(root, stage, fp)
             if done is not None:
-                print(f"[mini] {stage}: done already ({done['seconds']:.0f} s when it ran); skipped", flush=True)
+                print(
+                    f"[mini] {stage}: done already ({done['seconds']:.0f} s when it ran); skipped", flush=True
+                )
                 continue
             t0, c0 = time.time(), warm_start.children_cpu()
             info = STAGE_FUNCS[stage](cfg, root)
             if stage == "sft" and reusing:
-                check_same_base(info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root)
-            rec = {"seconds": round(time.time() - t0, 1), "cpu_seconds": round(warm_start.children_cpu() - c0, 1), **info}
+                check_same_base(
+                    info, (previous or {}).get("sft") if isinstance(previous, dict) else None, root
+                )
+            rec = {
+                "seconds": round(time.time() - t0, 1),
+                "cpu_seconds": round(warm_start.children_cpu() - c0, 1),
+                **info,
+            }
             write_json(marker_path(root, stage), {"fingerprint": fp, **rec})
             timings["stages"][stage] = rec
             write_json(timings_path, timings)  # each finished stage's record survives a later stage's failure

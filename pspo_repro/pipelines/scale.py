@@ -54,18 +54,24 @@ def bases(cfg: DictConfig) -> list[Base]:
     for r in rungs:
         arch = r.get("arch")
         if arch is None or not OmegaConf.is_dict(arch):
-            raise ScaleError(f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}")
+            raise ScaleError(
+                f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}"
+            )
         out.append(Base(str(r.get("name")), OmegaConf.to_container(arch)))
     _check_names([b.name for b in out])
     spec = cfg.get("specialisation")
     if spec:
         by_name = {b.name: b for b in out}
         if str(spec.get("rung")) not in by_name:
-            raise ScaleError(f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}")
+            raise ScaleError(
+                f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}"
+            )
         sft = OmegaConf.to_container(spec.get("sft") or {})
         allowed = {"data.n_train", "data.heldout_n_train", "data.habit_frac"}
         if not sft or set(sft) - allowed:
-            raise ScaleError(f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}")
+            raise ScaleError(
+                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}"
+            )
         out.append(Base(str(spec.get("name")), by_name[str(spec.rung)].arch, sft, str(spec.rung)))
         _check_names([b.name for b in out])
     names = [b.name for b in out]
@@ -125,7 +131,9 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
 
     if (only is None or only) and not native_bf16_cpu():  # the rungs' RL runs: conf/experiment/scale.yaml
-        print(f"[scale] warning: the ladder's RL runs train under {EMULATED_BF16}", file=sys.stderr, flush=True)
+        print(
+            f"[scale] warning: the ladder's RL runs train under {EMULATED_BF16}", file=sys.stderr, flush=True
+        )
     for i, base in enumerate(ladder):
         if only is not None and base.name not in only:
             continue
@@ -141,7 +149,9 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     for base in ladder:  # each rung's stages, whichever invocation ran them (a resumed rung's own record)
         timings["rungs"].setdefault(base.name, {}).update(rung_time(root / base.name))
     timings["total_seconds"] = round(sum(r.get("seconds") or 0.0 for r in timings["rungs"].values()), 1)
-    timings["total_cpu_seconds"] = round(sum(r.get("cpu_seconds") or 0.0 for r in timings["rungs"].values()), 1)
+    timings["total_cpu_seconds"] = round(
+        sum(r.get("cpu_seconds") or 0.0 for r in timings["rungs"].values()), 1
+    )
     t0 = time.time()
     from pspo_repro.analysis import scale as scale_table
 
@@ -193,7 +203,10 @@ def main(cfg: DictConfig) -> None:
     except ScaleError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(1 if "failed" in str(exc) else 2)
-    except (ValueError, KeyError) as exc:  # the table's records (missing or bad): one line, as every table command
+    except (
+        ValueError,
+        KeyError,
+    ) as exc:  # the table's records (missing or bad): one line, as every table command
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(1)
     except OSError as exc:  # writing the table set (atomic.write_set left the previous one)
@@ -205,8 +218,10 @@ def main(cfg: DictConfig) -> None:
         wall, cpu = rec.get("seconds"), rec.get("cpu_seconds")
         print(f"  {name:<18} {wall if wall is not None else float('nan'):>7.1f} s wall, "
               f"{cpu if cpu is not None else float('nan'):>7.1f} s CPU (its stages, whenever they ran)")  # fmt: skip
-    print(f"  total {timings['total_seconds']:.1f} s wall, {timings['total_cpu_seconds']:.1f} s CPU; "
-          f"this invocation {timings['this_invocation_seconds']:.1f} s")
+    print(
+        f"  total {timings['total_seconds']:.1f} s wall, {timings['total_cpu_seconds']:.1f} s CPU; "
+        f"this invocation {timings['this_invocation_seconds']:.1f} s"
+    )
     print("\n".join(agreement_lines(root, bases(cfg), only_rungs(cfg))))
     table = root / "scale.md"
     if table.is_file():

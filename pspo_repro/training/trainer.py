@@ -297,8 +297,15 @@ class MethodGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ log-probs
 
     def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-        compute_aux_loss=False, **multimodal,
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
     ):
         """TRL's per-token log-probs and entropies; with ``logprob_head="plain"`` (text models) the same
         quantities from the model's own logits on the completion positions only, by TRL's
@@ -306,10 +313,20 @@ class MethodGRPOTrainer(GRPOTrainer):
         (prompt and padding too) and runs its tiles as ~20 elementwise torch passes: on CPU that is 60-70% of
         a small model's forward + backward (docs/benchmarks.md "The RL step across model sizes"). Entropies
         come without a gradient: here they are metrics and masks only (an entropy bonus is refused above)."""
-        if self.logprob_head == "fused" or compute_aux_loss or any(v is not None for v in multimodal.values()):
+        if (
+            self.logprob_head == "fused"
+            or compute_aux_loss
+            or any(v is not None for v in multimodal.values())
+        ):
             return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal,
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                compute_aux_loss=compute_aux_loss,
+                **multimodal,
             )
         from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 

@@ -302,7 +302,9 @@ def test_misspelt_reference_is_refused_naming_the_methods(toy, tmp_path, capsys)
     out = tmp_path / "out"
     assert leaderboard.main([f"results_dir={toy}", f"out_dir={out}", "reference=Ref"]) == 2
     err = capsys.readouterr().err.strip().splitlines()  # no registered method: refused before any reading
-    assert len(err) == 1 and err[0].startswith("error: reference='Ref' is no method; the registered methods are: ")
+    assert len(err) == 1 and err[0].startswith(
+        "error: reference='Ref' is no method; the registered methods are: "
+    )
     assert ", ref, " in err[0] + ", " and "clip" in err[0]
     # a registered method without cells in these records: refused naming the methods that have them
     assert leaderboard.main([f"results_dir={toy}", f"out_dir={out}", "reference=clip"]) == 2

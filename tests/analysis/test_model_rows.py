@@ -75,7 +75,9 @@ def test_runs_of_another_base_model_in_one_method_folder_are_refused_naming_both
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == (2 if command == "aggregate" else 1) and len(err) == 1, err
     first = str(root / "runs" / "tiny" / "pspo" / "seed0" / "run.json")
-    assert err[0].startswith(f"error: {first} and {edited}: runs of different base models") and needle in err[0]
+    assert (
+        err[0].startswith(f"error: {first} and {edited}: runs of different base models") and needle in err[0]
+    )
     assert not out.exists()
 
 
@@ -104,6 +106,7 @@ def test_the_same_base_from_two_checkouts_of_the_results_is_one_model(command, t
     the same base (the mini checks its hash), so it is not refused."""
     root, out = toy_records.build(tmp_path / "records"), tmp_path / "out"
     for seed, checkout in enumerate(("/work/a/results", "/work/b/results", "/srv/c/results")):
+
         def edit(info, checkout=checkout, seed=seed):
             info["run_dir"] = f"{checkout}/runs/tiny/pspo/seed{seed}"
             info["config"]["model"]["path"] = f"{checkout}/work/sft/model"
@@ -152,6 +155,10 @@ def test_the_one_model_commands_refuse_a_second_model_naming_a_file_of_each(comm
     _second_model(root)
     assert _run_command(command, root, out, monkeypatch, tmp_path) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "compares the methods of one model, but" in err[0] and "holds 2: other (e.g. " in err[0]
+    assert (
+        len(err) == 1
+        and "compares the methods of one model, but" in err[0]
+        and "holds 2: other (e.g. " in err[0]
+    )
     assert str(root / "eval" / "other") in err[0] and str(root / "eval" / "tiny") in err[0]
     assert not out.exists()

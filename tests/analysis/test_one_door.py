@@ -213,7 +213,12 @@ def _other_writers(path: Path) -> list[str]:
 
 
 def test_no_analysis_module_but_the_reader_opens_a_run_record():
-    hits = [h for p in sorted(ANALYSIS.glob("*.py")) if p.name != "run_records.py" for h in _direct_record_opens(p)]
+    hits = [
+        h
+        for p in sorted(ANALYSIS.glob("*.py"))
+        if p.name != "run_records.py"
+        for h in _direct_record_opens(p)
+    ]
     assert not hits, "run records opened outside analysis/run_records.py:\n" + "\n".join(hits)
     # the pass sees what it looks for: the rogue leaderboard of the test above opens run.json this way
     assert any("run.json" in h for h in _direct_record_opens(Path(__file__)))

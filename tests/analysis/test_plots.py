@@ -65,6 +65,8 @@ def test_the_layout_runs_once_for_both_formats(monkeypatch):
 
     calls = []
     real = ConstrainedLayoutEngine.execute
-    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", lambda self, fig: calls.append(1) or real(self, fig))
+    monkeypatch.setattr(
+        ConstrainedLayoutEngine, "execute", lambda self, fig: calls.append(1) or real(self, fig)
+    )
     plots.render(_figure("constrained"))
     assert len(calls) == 1

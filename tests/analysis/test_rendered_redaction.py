@@ -87,7 +87,9 @@ def test_the_leaderboard_and_regime_redact_a_tag(tmp_path, drawn):
         for seed in toy_records.SEEDS:
             toy_records.run(root, method, seed, tag=TOKEN)
             for dataset in toy_records.DATASETS:
-                toy_records.cell(root, method, seed, dataset, toy_records.flags(method, seed, dataset), tag=TOKEN)
+                toy_records.cell(
+                    root, method, seed, dataset, toy_records.flags(method, seed, dataset), tag=TOKEN
+                )
     assert leaderboard.main([f"results_dir={root}", f"out_dir={out}", f"offpolicy_tag={TOKEN}"]) == 0
     assert regime.main([f"results_dir={root}", f"out_dir={out}", f"tag={TOKEN}", "name=stale"]) == 0
     md = _no_token(out, drawn)

@@ -53,7 +53,9 @@ def edit_info(info: dict, rng: random.Random) -> tuple[str, bool]:
     if rng.random() < 0.2:
         del parent[path[-1]]
         return f"delete {path}", False
-    new = rng.choice([old * 2, old + 1, old / 2]) if _finite(old) and rng.random() < 0.4 else rng.choice(VALUES)
+    new = (
+        rng.choice([old * 2, old + 1, old / 2]) if _finite(old) and rng.random() < 0.4 else rng.choice(VALUES)
+    )
     parent[path[-1]] = new
     return f"set {path} = {new!r}", _finite(old) and _finite(new) and path[-1] not in ("seed",)
 

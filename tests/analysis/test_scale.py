@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import toy_ladder
 from scipy import stats
+from table_text import assert_csv_matches
 
 from pspo_repro.analysis import scale
 
@@ -56,9 +57,15 @@ def test_table_numbers_come_from_the_cells(ladder):
     for seed in (0, 1, 2):
 
         def acc(method, seed=seed):
-            row = cells[(cells.method == method) & (cells.seed == seed) & (cells.dataset == "synthetic")
-                        & (cells.metric == "true_acc") & (cells.tag == "tuned-learning_rate0.0003")]
+            row = cells[
+                (cells.method == method)
+                & (cells.seed == seed)
+                & (cells.dataset == "synthetic")
+                & (cells.metric == "true_acc")
+                & (cells.tag == "tuned-learning_rate0.0003")
+            ]
             return sum(r["true_correct"] for r in row.iloc[0]["per_prompt"]) / toy_ladder.PROMPTS
+
         want.append(acc("pspo") - acc("clip"))
     assert [d.seeds[s] for s in (0, 1, 2)] == pytest.approx(want)
 
@@ -162,5 +169,5 @@ def test_committed_ladder_regenerates(tmp_path):
     root = PROJECT_ROOT / "results" / "scale"
     spec = pipeline.ladder_spec(pipeline.bases(compose_config(PROJECT_ROOT / "conf", "scale", [])))
     scale.write(root, tmp_path, spec)
-    for name in ("scale.md", "scale.csv"):
-        assert (tmp_path / name).read_text() == (root / name).read_text(), name
+    assert (tmp_path / "scale.md").read_text() == (root / "scale.md").read_text()
+    assert_csv_matches((tmp_path / "scale.csv").read_text(), (root / "scale.csv").read_text(), "scale.csv")

@@ -85,7 +85,9 @@ def test_select_refuses_a_choice_on_fewer_runs(tmp_path, problem):
         (bad / "metrics.jsonl").write_text('{"step": 4, "eval/rew\n')
         match = "metrics.jsonl:1: bad JSON line"  # the one reader of run records names the line
     elif problem == "nan":  # it used to be passed over, so the choice was made on the other steps
-        (bad / "metrics.jsonl").write_text('{"step": 0, "eval/reward": 0.1}\n{"step": 4, "eval/reward": NaN}\n')
+        (bad / "metrics.jsonl").write_text(
+            '{"step": 0, "eval/reward": 0.1}\n{"step": 4, "eval/reward": NaN}\n'
+        )
         match = "metrics.jsonl:2: eval/reward=nan is not a finite number"
     else:  # another run's run.json copied into this folder
         (bad / "run.json").write_text(json.dumps({"status": "finished", "tag": "tune-learning_rate0.0003"}))
@@ -156,7 +158,9 @@ def test_each_tuned_point_is_ready_as_soon_as_its_own_sweep_is(tmp_path):
     _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES}, point={"method.num_iterations": 2})
     rest = {j.name: j.cmd for j in mini.ready_select_jobs(cfg, tmp_path, issued)}
     every = {j.name: j.cmd for j in mini.rl_jobs(cfg, tmp_path, "select")}
-    assert set(rest) | {"rl-tuned-0", "rl-tuned-1"} == set(every) and all(every[n] == c for n, c in rest.items())
+    assert set(rest) | {"rl-tuned-0", "rl-tuned-1"} == set(every) and all(
+        every[n] == c for n, c in rest.items()
+    )
     prio = {j.name: j.priority for j in mini.rl_jobs(cfg, tmp_path, "sweep")}
     assert {n for n, p in prio.items() if p} == {n for n in prio if n.startswith("rl-tune_")} != set()
 

@@ -32,7 +32,7 @@ def rung(root: Path, gap: float, held_gap: float = 0.0) -> Path:
 
     def rate(method: str, dataset: str, seed: int = 1) -> float:
         base = 0.3 if dataset == "synthetic" else 0.6
-        lift = (gap + 0.025 * (seed - 1) if dataset == "synthetic" else held_gap)
+        lift = gap + 0.025 * (seed - 1) if dataset == "synthetic" else held_gap
         return base + lift * (method == "pspo")
 
     for dataset in T.DATASETS:
@@ -42,7 +42,10 @@ def rung(root: Path, gap: float, held_gap: float = 0.0) -> Path:
         for i, lr in enumerate(LRS):
             tag = point_tag("tune", {**point, "trainer.learning_rate": lr})
             # validation reward peaks at 3e-4 for every arm: the tuned runs are at 3e-4
-            rows = [{"step": 0, "eval/reward": 0.1}, {"step": 2, "train/loss": 0.1, "eval/reward": 0.3 - 0.1 * abs(i - 1)}]
+            rows = [
+                {"step": 0, "eval/reward": 0.1},
+                {"step": 2, "train/loss": 0.1, "eval/reward": 0.3 - 0.1 * abs(i - 1)},
+            ]
             T.run(root, method, 100, model=MODEL, tag=tag, lines=rows)
             for dataset in T.DATASETS:
                 T.cell(root, method, 100, dataset, flags(f"{root.name}/{tag}/{method}/{dataset}", rate(method, dataset) - 0.05 * abs(i - 1)),
@@ -65,10 +68,21 @@ def rung(root: Path, gap: float, held_gap: float = 0.0) -> Path:
 
 
 LADDER = [
-    {"name": "small", "arch": {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32}},
+    {
+        "name": "small",
+        "arch": {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32},
+    },
     {"name": "mid", "arch": {}},
-    {"name": "big", "arch": {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
-                             "intermediate_size": 512, "num_hidden_layers": 3}},  # fmt: skip
+    {
+        "name": "big",
+        "arch": {
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "intermediate_size": 512,
+            "num_hidden_layers": 3,
+        },
+    },  # fmt: skip
     {"name": "mid_general", "arch": {}, "general_of": "mid", "sft": {"data.n_train": 500}},
 ]
 

@@ -37,7 +37,15 @@ def cell(
               "n_samples": 1, "sampling_seed": 1, "prompt_template": "none", "backend": "hf", "config": {},
               "versions": {}, "git_sha": "x", "per_prompt": rows,
               "metrics": {"true_acc": acc, "reward_acc": acc, "mean_length": 9.0}}  # fmt: skip
-    path = root / "eval" / model / method / (f"seed{seed}-{tag}" if tag else f"seed{seed}") / dataset / "T0.0.json"
+    path = (
+        root
+        / "eval"
+        / model
+        / method
+        / (f"seed{seed}-{tag}" if tag else f"seed{seed}")
+        / dataset
+        / "T0.0.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return path

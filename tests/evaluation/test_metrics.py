@@ -56,7 +56,9 @@ def test_cell_votes_equal_the_vote_of_each_prompt_taken_alone():
             if all(math.isnan(v) for v in values):
                 assert metric not in got
             else:
-                assert got[metric] == pytest.approx(sum(v for v in values if v == v) / sum(v == v for v in values))
+                assert got[metric] == pytest.approx(
+                    sum(v for v in values if v == v) / sum(v == v for v in values)
+                )
 
 
 @pytest.mark.parametrize("n, c", [(16, 0), (16, 1), (16, 3), (16, 8), (16, 15), (16, 16), (4, 2), (1, 1)])

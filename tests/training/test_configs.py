@@ -85,7 +85,8 @@ def test_hparams_search_composes(compose_train, search):
 
 def test_unknown_group_choice_lists_options():
     with pytest.raises(
-        UsageError, match=r"unknown method 'nope'; options: archer, aspo, bapo, bypass_seq_max_rs, bypass_seq_mean_rs, bypass_token_rs, ce_gppo, cispo, clip, "
+        UsageError,
+        match=r"unknown method 'nope'; options: archer, aspo, bapo, bypass_seq_max_rs, bypass_seq_mean_rs, bypass_token_rs, ce_gppo, cispo, clip, ",
     ):
         check_group_choices(["method=clip,nope"])
     with pytest.raises(UsageError, match="unknown model 'gpt9'"):

@@ -23,8 +23,15 @@ TEMPERATURE = 0.8
 def _model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
     cfg = Qwen2Config(
-        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, tie_word_embeddings=True,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
     )
     model = Qwen2ForCausalLM(cfg)
     add_fused_lm_head(model, temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
@@ -53,10 +60,14 @@ def _host(bf16: bool, head: str):
 def _run(model, head: str, bf16: bool, keep: int, batch_size: int | None):
     ids, mask = _batch()
     model.zero_grad()
-    fn = GRPOTrainer._get_per_token_logps_and_entropies if head == "fused" else (
-        MethodGRPOTrainer._get_per_token_logps_and_entropies
+    fn = (
+        GRPOTrainer._get_per_token_logps_and_entropies
+        if head == "fused"
+        else (MethodGRPOTrainer._get_per_token_logps_and_entropies)
     )
-    logps, ent, aux = fn(_host(bf16, head), model, ids, mask, keep, batch_size=batch_size, compute_entropy=True)
+    logps, ent, aux = fn(
+        _host(bf16, head), model, ids, mask, keep, batch_size=batch_size, compute_entropy=True
+    )
     weights = torch.linspace(-1, 1, logps.numel()).view_as(logps) * mask[:, -keep:]
     (logps * weights).sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -77,7 +88,9 @@ def test_plain_head_matches_trls_fused_head(bf16, batch_size):
     torch.testing.assert_close(p_ent, f_ent, **tol)
     assert (p_logps[2, -3:] == 0).all() and (p_ent[2, -3:] == 0).all()  # padding reads 0, as TRL's head
     for name, g in f_grads.items():
-        torch.testing.assert_close(p_grads[name], g, **(dict(atol=5e-2, rtol=5e-2) if bf16 else tol), msg=name)
+        torch.testing.assert_close(
+            p_grads[name], g, **(dict(atol=5e-2, rtol=5e-2) if bf16 else tol), msg=name
+        )
     assert any(g.abs().sum() > 0 for g in p_grads.values())
 
 
@@ -97,9 +110,12 @@ def test_auto_resolves_by_device_and_logits_size():
     mini = SimpleNamespace(config=Qwen2Config(vocab_size=2048))
     qwen = SimpleNamespace(config=Qwen2Config(vocab_size=151_936))
     t_mini = OmegaConf.create({"per_device_train_batch_size": 128, "max_completion_length": 48})
-    t_paper = OmegaConf.create({"per_device_train_batch_size": 8, "per_device_eval_batch_size": 64,
-                                "max_completion_length": 512})
-    assert plain_head_bytes(mini, t_mini) == 128 * 48 * 2048 * 12  # ~0.15 GB: the CPU mini takes the plain head
+    t_paper = OmegaConf.create(
+        {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 64, "max_completion_length": 512}
+    )
+    assert (
+        plain_head_bytes(mini, t_mini) == 128 * 48 * 2048 * 12
+    )  # ~0.15 GB: the CPU mini takes the plain head
     assert resolve_logprob_head("auto", False, plain_head_bytes(mini, t_mini)) == "plain"
     assert plain_head_bytes(qwen, t_paper) > PLAIN_HEAD_MAX_BYTES  # Qwen's vocabulary at batch 64: fused
     assert resolve_logprob_head("auto", False, plain_head_bytes(qwen, t_paper)) == "fused"

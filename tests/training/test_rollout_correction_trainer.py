@@ -208,7 +208,9 @@ def _perturbed_copy_hook(scale: float):
             # TRL's fused head patches model.forward with a closure over the *original* model's forward, which
             # a deepcopy keeps: re-patch the copy so both heads (fused and plain) run the perturbed weights.
             del state["model"].forward
-            add_fused_lm_head(state["model"], temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+            add_fused_lm_head(
+                state["model"], temperature=trainer.temperature, outputs=("log_probs", "entropy")
+            )
             with torch.no_grad():
                 for p in state["model"].parameters():
                     p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))

@@ -79,7 +79,6 @@ def test_dry_run_writes_nothing(results_root, no_model_load, capsys):
     assert not results_root.exists()
 
 
-
 def test_a_finished_run_is_reported_before_the_tokenizer_loads(results_root, no_model_load, capsys):
     """Rerunning a finished grid: each job reads run.json and stops before the tokenizer and TRL load (the
     ~5 s of imports a job would spend); another configuration in the folder is refused there too; a run in
@@ -101,6 +100,7 @@ def test_a_finished_run_is_reported_before_the_tokenizer_loads(results_root, no_
     with pytest.raises(AssertionError, match="a model was loaded"):
         train.run(_compose(["model=tiny"]), [])
 
+
 def _cli(args, results_root, **env):
     full_env = {
         **os.environ,
@@ -120,7 +120,10 @@ def _cli(args, results_root, **env):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["method=nope"], "error: unknown method 'nope'; options: archer, aspo, bapo, bypass_seq_max_rs, bypass_seq_mean_rs, bypass_token_rs, ce_gppo, cispo, clip,"),
+        (
+            ["method=nope"],
+            "error: unknown method 'nope'; options: archer, aspo, bapo, bypass_seq_max_rs, bypass_seq_mean_rs, bypass_token_rs, ce_gppo, cispo, clip,",
+        ),
         (["model=gpt9"], "error: unknown model 'gpt9'; options: mini_sft, qwen2_math_1p5b, qwen2p5_0p5b"),
         (["reward=nope"], "error: unknown reward 'nope'; options: "),
         (["data=nope"], "error: unknown data 'nope'; options: gsm8k, math"),
@@ -253,7 +256,10 @@ except SystemExit as exc:
     "override, message",
     [
         ("seed=abc", "error: seed must be an integer in [0, 4294967295], got 'abc'"),
-        ("trainer.max_steps=1.5", "error: trainer.max_steps must be an integer in [-1, inf) or null, got 1.5"),
+        (
+            "trainer.max_steps=1.5",
+            "error: trainer.max_steps must be an integer in [-1, inf) or null, got 1.5",
+        ),
         ("trainer.eval_on_start=maybe", "error: trainer.eval_on_start must be true or false, got 'maybe'"),
     ],
 )

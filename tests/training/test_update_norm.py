@@ -40,8 +40,13 @@ def test_log_update_norm_is_not_part_of_a_runs_identity():
 def test_portable_identity_compares_the_sft_base_relative_to_the_results_root(tmp_path):
     a = tmp_path / "a" / "results" / "study"
     b = tmp_path / "b" / "results" / "study"
-    ident = lambda root: {"model": {"name": "mini_sft", "path": str(root / "work" / "sft" / "model")}, "seed": 0}  # noqa: E731
-    run = lambda root: root / "runs" / "mini_sft" / "clip" / "seed0"  # noqa: E731
+
+    def ident(root):
+        return {"model": {"name": "mini_sft", "path": str(root / "work" / "sft" / "model")}, "seed": 0}
+
+    def run(root):
+        return root / "runs" / "mini_sft" / "clip" / "seed0"
+
     assert portable_identity(ident(a), run(a)) == portable_identity(ident(b), run(b))
     assert portable_identity(ident(a), run(a))["model"]["path"] == "<results root>/work/sft/model"
     # a base outside the results root (a hub id, another folder) is compared as written
