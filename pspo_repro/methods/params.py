@@ -82,6 +82,29 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# Pairs of hyperparameters that must agree, checked for every method that has both: (low, high, strict).
+# strict: low < high (an open band that would be empty otherwise); else low <= high (a start and its maximum).
+PARAM_ORDER: tuple[tuple[str, str, bool], ...] = (
+    ("ratio_lower_start", "ratio_lower_max", False),  # BAPO raises c_low from its start up to its maximum
+    ("ratio_upper_start", "ratio_upper_max", False),  # and c_high likewise
+    ("entropy_ratio_low", "entropy_ratio_high", True),  # ERC's band (low, high) of H_theta / H_old
+    ("cov_lb", "cov_ub", True),  # Clip-Cov's window cov_lb < cov < cov_ub
+)
+
+
+def check_param_order(method: str, params: dict[str, Any]) -> None:
+    """Raise a one-line ValueError if a pair of ``PARAM_ORDER`` is out of order in ``params`` (each value
+    already checked by ``check_param``)."""
+    for low, high, strict in PARAM_ORDER:
+        if low not in params or high not in params:
+            continue
+        a, b = params[low], params[high]
+        if (a >= b) if strict else (a > b):
+            rule = f"{low} < {high}" if strict else f"{low} <= {high}"
+            what = "not below" if strict else "above"
+            raise ValueError(f"method {method!r}: {low}={a!r} is {what} {high}={b!r}; allowed: {rule}")
+
+
 def check_param(method: str, key: str, value: Any) -> None:
     """Raise a one-line ValueError if ``value`` is not allowed for parameter ``key``."""
     ok, allowed = PARAM_RULES[key]

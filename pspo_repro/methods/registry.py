@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from pspo_repro.methods.aggregation import AGGREGATION_MODES
 from pspo_repro.methods.base import MethodOutput
-from pspo_repro.methods.params import PARAM_RULES, check_param
+from pspo_repro.methods.params import PARAM_RULES, check_param, check_param_order
 from pspo_repro.methods.rollout_correction import NONE, RolloutCorrection, parse_rollout_correction
 
 MethodFn = Callable[..., MethodOutput]
@@ -130,6 +130,7 @@ def validate_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     full = {**spec.defaults, **params}
     for key, value in full.items():
         check_param(name, key, value)
+    check_param_order(name, full)
     return full
 
 

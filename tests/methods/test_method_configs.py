@@ -115,6 +115,49 @@ def test_bad_values_raise_one_line_errors(name, params, fragment):
     assert name in message
 
 
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        (
+            "bapo",
+            {"ratio_lower_start": 0.95},
+            "method 'bapo': ratio_lower_start=0.95 is above ratio_lower_max=0.9; "
+            "allowed: ratio_lower_start <= ratio_lower_max",
+        ),
+        (
+            "bapo",
+            {"ratio_upper_start": 3.5},
+            "ratio_upper_start=3.5 is above ratio_upper_max=3.0; allowed: ratio_upper_start <= ratio_upper_max",
+        ),
+        (
+            "bapo",
+            {"ratio_upper_max": 1.1},
+            "ratio_upper_start=1.2 is above ratio_upper_max=1.1",
+        ),
+        (
+            "erc",
+            {"entropy_ratio_low": 1.1},
+            "method 'erc': entropy_ratio_low=1.1 is not below entropy_ratio_high=1.05; "
+            "allowed: entropy_ratio_low < entropy_ratio_high",
+        ),
+        ("erc", {"entropy_ratio_low": 1.05}, "entropy_ratio_low=1.05 is not below entropy_ratio_high=1.05"),
+        ("clip_cov", {"cov_lb": 5.0}, "cov_lb=5.0 is not below cov_ub=5.0; allowed: cov_lb < cov_ub"),
+    ],
+)
+def test_pairs_out_of_order_are_refused_in_one_line(name, params, message):
+    with pytest.raises(ValueError) as err:
+        validate_params(name, params)
+    assert "\n" not in str(err.value) and message in str(err.value)
+
+
+def test_pairs_at_their_limit_are_accepted():
+    # a start equal to its maximum: that side of BAPO's search does not move
+    full = validate_params("bapo", {"ratio_lower_start": 0.9, "ratio_upper_start": 3.0})
+    assert (full["ratio_lower_start"], full["ratio_upper_max"]) == (0.9, 3.0)
+    band = validate_params("erc", {"entropy_ratio_low": 0.0, "entropy_ratio_high": 1e-6})
+    assert (band["entropy_ratio_low"], band["entropy_ratio_high"]) == (0.0, 1e-6)
+
+
 def test_parse_method_config_errors():
     cfg = load(CONF / "pspo.yaml")
     with pytest.raises(ValueError, match="loss_agg='mean' is invalid"):
