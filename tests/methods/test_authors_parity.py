@@ -164,7 +164,7 @@ def bapo_effective(ratio, adv, mask, lo, hi, eps=1e-8):
     return ratio.new_tensor(float("inf")) if torch.all(neg <= 0) else pos / (neg + ratio.new_tensor(eps))
 
 
-def authors_bapo_bounds(old, logp, adv, mask, target=0.5, lo=0.6, lo_max=0.9, lo_step=0.05, hi=1.2, hi_max=3.0,
+def authors_bapo_bounds(old, logp, adv, mask, target=1.0, lo=0.6, lo_max=0.9, lo_step=0.05, hi=1.2, hi_max=3.0,
                         hi_step=0.05):  # fmt: skip
     # compute_policy_loss_bapo's two loops, as written there (a host sync per candidate)
     ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
@@ -241,8 +241,10 @@ CASES = [
     ("decoupled_ppo", areal_decoupled, {}, {}),
     ("decoupled_ppo", areal_decoupled, {}, {"eps_clip": 0.1, "c_clip": 1.5}),
     ("decoupled_ppo", areal_decoupled, {"behav_imp_weight_cap": 1.3}, {"upper": 1.3}),
-    # BAPO at the paper's values (the authors' README) and at their recipe's bapo_trainer.yaml / example script
+    # BAPO at the paper's values (the authors' README: rho_0 = 0.5 as a share is P / N = 1) and at their recipe's
+    # bapo_trainer.yaml / example script (which passes 0.5 as P / N)
     ("bapo", authors_bapo, {}, {}),
+    ("bapo", authors_bapo, {"adv_ratio_target": 0.5}, {"target": 0.5}),
     (
         "bapo",
         authors_bapo,
@@ -252,8 +254,14 @@ CASES = [
     (
         "bapo",
         authors_bapo,
-        {"ratio_lower_start": 0.8, "ratio_lower_max": 0.95, "ratio_upper_step": 0.1, "ratio_upper_max": 2.0},
-        {"lo": 0.8, "lo_max": 0.95, "hi_step": 0.1, "hi_max": 2.0},
+        {
+            "adv_ratio_target": 0.5,
+            "ratio_lower_start": 0.8,
+            "ratio_lower_max": 0.95,
+            "ratio_upper_step": 0.1,
+            "ratio_upper_max": 2.0,
+        },
+        {"target": 0.5, "lo": 0.8, "lo_max": 0.95, "hi_step": 0.1, "hi_max": 2.0},
     ),
     ("bapo", authors_bapo, {"adv_ratio_target": 3.0, "clip_c": 1.5}, {"target": 3.0, "clip_ratio_c": 1.5}),
 ]
