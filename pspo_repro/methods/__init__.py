@@ -31,6 +31,7 @@ from pspo_repro.methods import (  # noqa: F401
     gspo,
     luspo,
     m2po,
+    m2po_areal,
     noclip,
     p3o,
     prime,

@@ -52,7 +52,13 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     # CE-GPPO's gradient scales on low-clipped (A < 0) and high-clipped (A > 0) tokens
     "beta_low": _rule(lambda v: v >= 0, "a number >= 0"),
     "beta_high": _rule(lambda v: v >= 0, "a number >= 0"),
-    "m2_threshold": _rule(lambda v: v > 0, "a number > 0"),  # M2PO's bound on the kept tokens' mean (log r)^2
+    # M2PO: the authors' budget on the harmful tokens' mean (log r)^2 and their floors on the clip band's width
+    "m2_budget": _rule(lambda v: v > 0, "a number > 0"),
+    "miniclip_low": _rule(lambda v: 0 <= v <= 1, "null or a number in [0, 1]", nullable=True),
+    "miniclip_high": _rule(lambda v: v >= 0, "null or a number >= 0", nullable=True),
+    # AReaL's M2PO port: its bound on the kept tokens' mean (log r)^2, and whether it divides by the kept count
+    "m2_threshold": _rule(lambda v: v > 0, "a number > 0"),
+    "kept_token_norm": (lambda v: isinstance(v, bool), "true or false"),
     "kl_tau": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl's weight of the (log r)^2 term
     "ipo_threshold": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl ipo's bound on |p - q|
     # ASPO / Archer: the clip bounds of the high-entropy tokens, and the per-response entropy quantile
@@ -61,7 +67,9 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "entropy_quantile": _rule(lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
     # AReaL's decoupled PPO: tokens with pi_prox / pi_behav above it are rejected (its RejectionSamplingConfig:
     # "for 'ratio' metric: must be > 1.0")
-    "behav_imp_weight_cap": _rule(lambda v: v > 1, "a number > 1"),
+    "behav_imp_weight_cap": _rule(
+        lambda v: v > 1, "null or a number > 1", nullable=True
+    ),  # null: no rejection
     # BAPO: explicit ratio bounds searched per batch (start, maximum, step) and the target P / N
     "adv_ratio_target": _rule(lambda v: v >= 0, "a number >= 0"),
     "ratio_lower_start": _rule(lambda v: 0 < v <= 1, "a number in (0, 1]"),
