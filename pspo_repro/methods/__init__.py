@@ -31,6 +31,7 @@ from pspo_repro.methods import (  # noqa: F401
     gspo,
     luspo,
     m2po,
+    m2po_areal,
     noclip,
     p3o,
     prime,
@@ -42,6 +43,7 @@ from pspo_repro.methods import (  # noqa: F401
 from pspo_repro.methods.aggregation import AGGREGATION_MODES, aggregate
 from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
 from pspo_repro.methods.registry import (
+    METHOD_ALIASES,
     OPTIONAL_INPUTS,
     RESERVED_KEYS,
     ROLLOUT_KEYS,
@@ -49,6 +51,7 @@ from pspo_repro.methods.registry import (
     get_method,
     get_spec,
     list_methods,
+    method_aliases,
     method_extra_inputs,
     method_optional_inputs,
     parse_method_config,
@@ -59,6 +62,7 @@ from pspo_repro.methods.registry import (
 __all__ = [
     "AGGREGATION_MODES",
     "LOG_RATIO_CLAMP",
+    "METHOD_ALIASES",
     "OPTIONAL_INPUTS",
     "RESERVED_KEYS",
     "ROLLOUT_KEYS",
@@ -68,6 +72,7 @@ __all__ = [
     "get_method",
     "get_spec",
     "list_methods",
+    "method_aliases",
     "method_extra_inputs",
     "method_optional_inputs",
     "parse_method_config",

@@ -458,6 +458,8 @@ def test_registry_names():
         + ["gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "vespo", "luspo"]
         # from the authors' code of 2025-2026 papers and prime-rl (tests/methods/test_authors_parity.py)
         + ["gppo", "ce_gppo", "dcpo", "m2po", "dppo_k25", "ipo"]
+        # AReaL's port of M2PO, kept beside the authors' m2po (tests/methods/test_m2po.py)
+        + ["m2po_areal"]
         # entropy-aware, from wizard-III/Archer2.0 (tests/methods/test_authors_parity.py)
         + ["aspo", "archer"]
         # AReaL's decoupled PPO and BAPO's per-batch bounds (tests/methods/test_authors_parity.py)
@@ -483,6 +485,13 @@ def test_registry_rejects_duplicates_and_unknown_names():
     ):
         get_method("ppo")
     assert get_spec("pspo").defaults == {"alpha": 0.1}
+    with pytest.raises(ValueError, match="'kimi15' is an alias of 'dro'"):
+
+        @register_method("kimi15")
+        def shadow(logp, old_logp, advantages, mask):  # pragma: no cover
+            raise AssertionError
+
+    assert "kimi15" not in list_methods()
 
 
 def test_registry_rejects_hyperparameters_without_rules():
