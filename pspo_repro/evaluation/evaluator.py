@@ -537,7 +537,23 @@ def _header(
         "backend": backend,
         # Only a cell read from a named source records it (cells of the default sources keep their keys).
         **({"source": sources_of(cfg)[dataset]} if dataset in sources_of(cfg) else {}),
+        # Only a cell of other numerics than the backend's default records them (older cells stay valid).
+        **({"numerics": numerics_of(cfg)} if backend == "hf" and numerics_of(cfg) else {}),
     }
+
+
+OPTIONAL_HEADER_KEYS = ("source", "numerics")
+
+
+def numerics_of(cfg: Any) -> dict[str, str]:
+    """The hf backend's ``dtype`` and ``attn_implementation`` where they are not its defaults (``auto``: bf16 on
+    CUDA, fp32 on CPU; null: transformers' attention); {} otherwise. vLLM takes its own ``vllm.dtype``."""
+    out = {}
+    if str(cfg.get("dtype", "auto")) != "auto":
+        out["dtype"] = str(cfg.dtype)
+    if cfg.get("attn_implementation"):
+        out["attn_implementation"] = str(cfg.attn_implementation)
+    return out
 
 
 def _final_matches(path: Path, header: dict[str, Any]) -> bool:
@@ -549,7 +565,9 @@ def _final_matches(path: Path, header: dict[str, Any]) -> bool:
         ) from None
     if not isinstance(existing, dict):
         raise EvalError(f"{path}: not a result file (a JSON {type(existing).__name__}); delete it")
-    differing = [k for k, v in header.items() if existing.get(k) != v]
+    # a key a header carries only when it is not the default (source, numerics) must be absent on both or equal
+    keys = [*header, *(k for k in OPTIONAL_HEADER_KEYS if k not in header)]
+    differing = [k for k in keys if existing.get(k) != header.get(k)]
     if differing:
         raise EvalError(
             f"{path} exists with different settings ({', '.join(differing)}); delete it or evaluate under another tag"
@@ -689,7 +707,11 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
             seed=int(cfg.sampling_seed),
             batch_size=int(cfg.batch_size),
             device=str(cfg.device),
-            **OmegaConf.to_container(cfg.vllm, resolve=True),
+            # the hf backend's own numerics over vllm.dtype, which it read before they existed
+            **{
+                **OmegaConf.to_container(cfg.vllm, resolve=True),
+                **(numerics_of(cfg) if backend_name == "hf" else {}),
+            },
         )
         log.info("evaluating %s (%s) with the %s backend", target.checkpoint, target.method, backend.name)
         chunk_no = 0
