@@ -158,6 +158,42 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+# The reports of analysis/: each stands on the shared modules (readers, statistics, tables, plots), never on
+# another report, so one can change without moving the others (issue 54).
+REPORTS = ("aggregate", "regime", "claims_report", "leaderboard", "scale")
+MAX_ANALYSIS_FLOORS = 7
+
+
+def floors(package: Path, subpackage: str) -> dict[str, int]:
+    """Each module of ``subpackage`` and the floor it stands on: 1 for one that imports no other module of the
+    subpackage, else one above the highest module of the subpackage it imports (lazy imports included)."""
+    prefix = f"{package.name}.{subpackage}."
+    g = {
+        m: {t for t in ts if t.startswith(prefix)} for m, ts in graph(package).items() if m.startswith(prefix)
+    }
+    out: dict[str, int] = {}
+
+    def floor(m: str) -> int:
+        if m not in out:
+            out[m] = 1 + max((floor(t) for t in g[m]), default=0)
+        return out[m]
+
+    for m in g:
+        floor(m)
+    return out
+
+
+def test_analysis_stands_on_few_floors_and_no_report_imports_another():
+    found = floors(PACKAGE, "analysis")
+    top = max(found.values())
+    assert top <= MAX_ANALYSIS_FLOORS, sorted(found.items(), key=lambda kv: -kv[1])
+    reports = {f"pspo_repro.analysis.{r}" for r in REPORTS}
+    assert reports <= set(found), sorted(reports - set(found))
+    g = graph(PACKAGE)
+    crossing = sorted(f"{r} imports {t}" for r in reports for t in g[r] & reports)
+    assert not crossing, "a report imports another report:\n" + "\n".join(crossing)
+
+
 def test_every_subpackage_has_a_rank_and_the_top_level_only_entry_modules():
     top = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
     assert sorted(RANKS) == top
@@ -202,6 +238,13 @@ def test_back_edge_check_catches_a_back_edge(tmp_path, files, expect):
     assert len(found) == len(expect)
     for line, start in zip(found, expect, strict=True):
         assert line.startswith(start), found
+
+
+def test_floor_count_sees_a_chain(tmp_path):
+    files = {"analysis/a.py": "", "analysis/b.py": "from pkg.analysis import a\n",
+             "analysis/c.py": "def f():\n    from pkg.analysis.b import x\n", "common/z.py": ""}  # fmt: skip
+    found = floors(_write(tmp_path, files), "analysis")
+    assert (found["pkg.analysis.a"], found["pkg.analysis.b"], found["pkg.analysis.c"]) == (1, 2, 3)
 
 
 def test_cycle_check_catches_a_cycle_inside_one_stage(tmp_path):

@@ -30,10 +30,10 @@ when given, those tagged ``offpolicy_tag`` (rollout reuse). Per method, every nu
   behaviour policy (``train/behaviour_kl``, mean over the steps that reuse a rollout), from metrics.jsonl;
 - norm-clipped steps: the share of optimizer steps, pooled over seeds, whose pre-clip gradient norm
   exceeded the run's ``max_grad_norm``, and the mean update norm (``train/update_norm``; "not logged" for
-  runs written before it existed) (``step_norms``);
+  runs written before it existed) (``run_stats.step_norms``);
 - at foreign defaults: whether none of the method's own knobs is swept in the records (``knobs``);
 - collapses: seeds whose final greedy true accuracy is not above the base model's, or whose training
-  reward in the last quarter of steps fell below half of the first steps' (``regime.run_stats``).
+  reward in the last quarter of steps fell below half of the first steps' (``run_stats.rows_stats``).
 
 A method added to the registry appears with no edit here. The records must be of one model (rows are keyed
 by method): a second model's cells or runs are refused, naming a file of each (``Records.check_one_model``).
@@ -52,14 +52,13 @@ from typing import Any
 import pandas as pd
 
 from pspo_repro.analysis import run_records
-from pspo_repro.analysis.claims import ClaimsError, Records
+from pspo_repro.analysis.claims_spec import ClaimsError
 from pspo_repro.analysis.knobs import Knobs, method_knobs, run_method_configs
+from pspo_repro.analysis.measures import Records
 from pspo_repro.analysis.ranking import equivalence_classes, rank_intervals
-from pspo_repro.analysis.regime import mean_finite, rows_stats
 from pspo_repro.analysis.results_io import prompt_values
-from pspo_repro.analysis.stats import Interval, clip_interval, holm, paired_comparison, t_interval
-from pspo_repro.analysis.step_norms import StepNorms, step_norms
-from pspo_repro.analysis.tables import CLIPPED
+from pspo_repro.analysis.run_stats import StepNorms, mean_finite, rows_stats, step_norms
+from pspo_repro.analysis.stats import CLIPPED, Interval, clip_interval, holm, paired_comparison, t_interval
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import USAGE_EXIT, parse_key_values
 from pspo_repro.common.output_dirs import out_dir_error

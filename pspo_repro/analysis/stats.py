@@ -46,6 +46,9 @@ class Interval:
         return not (math.isnan(self.low) or math.isnan(self.high))
 
 
+CLIPPED = "§"  # the interval reached past the metric's range (below 0 % or above 100 %) and was cut there
+
+
 def clip_interval(iv: Interval, low: float, high: float) -> Interval:
     """``iv`` cut to a metric's range [``low``, ``high``] (a t interval of an accuracy can reach below 0 %
     or above 100 %, which no accuracy can be); ``clipped`` says whether a bound was cut."""

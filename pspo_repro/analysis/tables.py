@@ -24,6 +24,7 @@ from pspo_repro.analysis.results_io import (
 )
 from pspo_repro.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
+    CLIPPED,
     Interval,
     bootstrap_interval,
     clip_interval,
@@ -34,7 +35,6 @@ from pspo_repro.analysis.units import unit_of, with_unit
 
 SHORT = "†"  # fewer seeds than the table expects
 NO_CI = "‡"  # one seed under t_seeds: no interval exists
-CLIPPED = "§"  # the interval reached past the metric's range (below 0 % or above 100 %) and was cut there
 
 
 @dataclass

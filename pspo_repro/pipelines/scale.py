@@ -172,9 +172,19 @@ def rung_time(folder: Path) -> dict[str, float | None]:
         return {"seconds": None, "cpu_seconds": None}
 
 
+def full_arch(arch: dict[str, Any]) -> dict[str, Any]:
+    """``arch`` over conf/sft.yaml's model.arch (the keys a rung leaves out take the SFT stage's values)."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "sft.yaml").model.arch or {})
+    return {**defaults, **arch}
+
+
 def ladder_spec(ladder: list[Base]) -> list[dict[str, Any]]:
-    """The bases as ``analysis.scale`` reads them: name, arch, and the rung a general base belongs to."""
-    return [{"name": b.name, "arch": b.arch, "general_of": b.general_of, "sft": b.sft} for b in ladder]
+    """The bases as ``analysis.scale`` reads them: name, arch, its SFT model's parameter count (counted on the
+    meta device: no weights allocated), SFT mix, and the rung a general base belongs to."""
+    from pspo_repro.training.sft import num_parameters
+
+    return [{"name": b.name, "arch": b.arch, "params": num_parameters(full_arch(b.arch)), "general_of": b.general_of,
+             "sft": b.sft} for b in ladder]  # fmt: skip
 
 
 def agreement_lines(root: Path, ladder: list[Base], ran: set[str] | None = None) -> list[str]:

@@ -84,10 +84,10 @@ def test_missing_rung_and_equal_sizes(ladder, monkeypatch):
     def read(folder):
         raise AssertionError(f"records of {folder} read before the ladder's shape was checked")
 
-    monkeypatch.setattr(scale.C.Records, "read", staticmethod(read))
+    monkeypatch.setattr(scale.Records, "read", staticmethod(read))
     with pytest.raises(ValueError, match="rung nowhere: no results folder"):
         scale.read_ladder(root, [*spec, {"name": "nowhere", "arch": {}}])
-    same = [dict(spec[0]), {**spec[1], "arch": spec[0]["arch"]}]
+    same = [dict(spec[0]), {**spec[1], "arch": spec[0]["arch"], "params": spec[0]["params"]}]
     with pytest.raises(ValueError, match="rungs of equal size"):
         scale.read_ladder(root, same)
 

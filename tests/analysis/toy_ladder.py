@@ -71,8 +71,9 @@ LADDER = [
     {
         "name": "small",
         "arch": {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32},
+        "params": 190_464,
     },
-    {"name": "mid", "arch": {}},
+    {"name": "mid", "arch": {}, "params": 446_464},
     {
         "name": "big",
         "arch": {
@@ -82,8 +83,9 @@ LADDER = [
             "intermediate_size": 512,
             "num_hidden_layers": 3,
         },
+        "params": 2_204_928,
     },  # fmt: skip
-    {"name": "mid_general", "arch": {}, "general_of": "mid", "sft": {"data.n_train": 500}},
+    {"name": "mid_general", "arch": {}, "params": 446_464, "general_of": "mid", "sft": {"data.n_train": 500}},
 ]
 
 

@@ -38,7 +38,10 @@ ALLOWED = {
     ("analysis/plots.py", "fig.savefig(buf"): "into an in-memory buffer; written atomically by aggregate",
     ("analysis/plots.py", "fig.savefig(fh"): "into an atomic_open handle",
     ("explore/plots.py", "fig.savefig(fh"): "into an atomic_open handle",
-    ("analysis/claims.py", "fig.savefig(buf"): "into an in-memory buffer; written as one set by write_set",
+    (
+        "analysis/claims_report.py",
+        "fig.savefig(buf",
+    ): "into an in-memory buffer; written as one set by write_set",
     ("analysis/scale.py", "fig.savefig(buf"): "into an in-memory buffer; written as one set by write_set",
     ("analysis/aggregate.py", "to_csv(index=False)"): "to a string; written atomically by write_outputs",
     (

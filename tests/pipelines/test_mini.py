@@ -362,7 +362,7 @@ def test_premature_answer_habit():
 
 
 def test_regime_run_stats(tmp_path):
-    from pspo_repro.analysis import regime
+    from pspo_repro.analysis import regime, run_stats
 
     rows = [
         # a fresh rollout (ratio 1) then a reused one; the reward falls below half: a collapse
@@ -378,7 +378,7 @@ def test_regime_run_stats(tmp_path):
     ]  # fmt: skip
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    s = regime.run_stats(path, max_grad_norm=1.0)
+    s = run_stats.run_stats(path, max_grad_norm=1.0)
     assert s["zero_grad"] == pytest.approx(0.15) and s["zero_grad_reuse"] == pytest.approx(0.3)
     assert s["behaviour_kl"] == pytest.approx(0.03) and s["ratio_std"] == pytest.approx(0.2)
     assert s["grad_clipped"] == pytest.approx(0.25)

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from pspo_repro.analysis.scale import full_arch
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.pipelines import mini, scale
@@ -21,10 +20,10 @@ def _compose(overrides=()):
 
 def test_ladder_spans_ten_times_in_parameters():
     ladder = scale.bases(_compose())
-    sizes = [num_parameters(full_arch(b.arch)) for b in ladder if not b.general_of]
+    sizes = [num_parameters(scale.full_arch(b.arch)) for b in ladder if not b.general_of]
     assert len(sizes) >= 3 and sizes == sorted(sizes) and sizes[-1] / sizes[0] >= 10
     # the middle rung is the mini's own SFT model: the arch conf/sft.yaml gives it
-    assert num_parameters(full_arch({})) == sizes[1]
+    assert num_parameters(scale.full_arch({})) == sizes[1]
     general = [b for b in ladder if b.general_of]
     assert len(general) == 1 and general[0].general_of == "h128_l2"
     assert general[0].sft == {"data.n_train": 500, "data.heldout_n_train": 2000}
@@ -34,7 +33,7 @@ def test_parameter_count_on_a_fresh_cache_builds_the_tiny_model_first(tmp_path, 
     """On a fresh clone the tiny model (the config every rung starts from) is not built yet: counting a rung's
     parameters builds it, outside the meta device (under it, saving the weights failed: CI, session 14)."""
     monkeypatch.setenv("PSPO_CACHE_DIR", str(tmp_path / "cache"))
-    assert num_parameters(full_arch({})) == 446_464  # the mini's SFT model (results/scale/scale.md)
+    assert num_parameters(scale.full_arch({})) == 446_464  # the mini's SFT model (results/scale/scale.md)
     assert list((tmp_path / "cache").rglob("model.safetensors"))
 
 
