@@ -1005,11 +1005,11 @@ def test_hydra_dir_check_passes_the_pipelines_own_commands(tmp_path):
     and plain runs pass."""
     from pspo_repro.common.cli import compose_config, hydra_dir_error
     from pspo_repro.common.paths import CONF_DIR
-    from pspo_repro.pipelines import mini
+    from pspo_repro.pipelines import grid
 
     for name in ("mini", "study"):
         # the sweeps (the study's tuned groups need their tuning runs first: tests/analysis/test_tuning.py)
-        for job in mini.rl_jobs(compose_config(CONF_DIR, name, []), tmp_path, "sweep"):
+        for job in grid.rl_jobs(compose_config(CONF_DIR, name, []), tmp_path, "sweep"):
             assert job.cmd[2] == "pspo_repro.train"
             assert hydra_dir_error(CONF_DIR, "train", job.cmd[3:]) is None, job.cmd
     for argv in (["model=tiny"], ["model=tiny", "seed=3", "method=clip", "run_tag=a.b"], ["-m", "seed=0,1"]):

@@ -314,7 +314,7 @@ def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:
     sel = _run_groups(rec, spec["a"])
     val = sel[sel["metric"] == "eval/reward"]
     last = {int(s): int(r["step"].max()) for s, r in val.groupby("seed")}
-    # The alpha table's step (pipelines.mini.ablation_step): the last multiple of the validation interval
+    # The alpha table's step (pipelines.grid.ablation_step): the last multiple of the validation interval
     # that every run reached (token budgets end runs a few steps apart; the paper reads step 250).
     every = {((rec.run(d).info.get("config") or {}).get("trainer") or {}).get("eval_steps")
              for d in sel["run_dir"].unique()}  # fmt: skip

@@ -70,7 +70,7 @@ class Rung:
 
 def sft_mix(sft: dict[str, Any]) -> tuple[int, int]:
     """(rewarded-family rows, held-out-skill rows) a base was SFT'ed on: its ``sft`` overrides over the counts the
-    rung pipeline passes (conf/mini.yaml's data sizes, ``pipelines.mini.sft_cmd``)."""
+    rung pipeline passes (conf/mini.yaml's data sizes, ``pipelines.grid.sft_cmd``)."""
     from omegaconf import OmegaConf
 
     data = OmegaConf.load(CONF_DIR / "mini.yaml").data

@@ -14,7 +14,7 @@ from pspo_repro.analysis import knobs, leaderboard
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.methods import registry
-from pspo_repro.pipelines import mini
+from pspo_repro.pipelines import grid
 
 STUDY = PROJECT_ROOT / "results" / "study"
 STALE = "reuse-num_iterations1_steps_per_generation4"
@@ -127,7 +127,7 @@ def test_bad_arguments_write_nothing(tmp_path, capsys, argv, code, needle):
 
 def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch):
     cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
-    runs = mini.rl_runs(cfg)
+    runs = grid.rl_runs(cfg)
     names = registry.list_methods()
     assert len(names) >= 19 and list(cfg.eval.methods) == names
     for tag in ("", STALE):
@@ -141,7 +141,7 @@ def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch)
     monkeypatch.setitem(registry._REGISTRY, "zz_toy", registry.MethodSpec("zz_toy", toy, {"scale": 1.0}, ()))
     cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
     assert "zz_toy" in cfg.eval.methods
-    assert {(m, t) for m, t, _ in mini.rl_runs(cfg) if m == "zz_toy"} == {("zz_toy", ""), ("zz_toy", STALE)}
+    assert {(m, t) for m, t, _ in grid.rl_runs(cfg) if m == "zz_toy"} == {("zz_toy", ""), ("zz_toy", STALE)}
 
 
 def test_committed_leaderboard_regenerates_byte_for_byte(tmp_path):

@@ -164,7 +164,7 @@ def test_committed_ladder_regenerates(tmp_path):
     """results/scale/scale.md and scale.csv are what analysis.scale computes from the committed rungs' records."""
     from pspo_repro.common.cli import compose_config
     from pspo_repro.common.paths import PROJECT_ROOT
-    from pspo_repro.pipelines import scale as pipeline
+    from pspo_repro.pipelines import ladder as pipeline
 
     root = PROJECT_ROOT / "results" / "scale"
     spec = pipeline.ladder_spec(pipeline.bases(compose_config(PROJECT_ROOT / "conf", "scale", [])))

@@ -45,7 +45,7 @@ ALLOWED = {
     ("analysis/scale.py", "fig.savefig(buf"): "into an in-memory buffer; written as one set by write_set",
     ("analysis/aggregate.py", "to_csv(index=False)"): "to a string; written atomically by write_outputs",
     (
-        "pipelines/mini.py",
+        "pipelines/jobs.py",
         'open(job.log, "w")',
     ): "a stage's streaming subprocess log (work/logs/), not a result",
     (

@@ -1,6 +1,6 @@
 """The model-size ladder end to end (``make scale``, conf/scale.yaml, docs/scale.md).
 
-One rung is the mini's pipeline (``pspo_repro.pipelines.mini``, conf/scale_rung.yaml) in its own folder with
+One rung is a CPU pipeline (``pspo_repro.pipelines.cpu_pipeline``, conf/scale_rung.yaml) in its own folder with
 the SFT model's size set by the rung's ``arch``; the general/specialised pair adds a second base of one rung's
 size whose SFT mix differs. Each rung runs as a subprocess (``python -m pspo_repro.mini``), so it resumes and
 compares itself with its committed copy exactly as ``make mini`` does; then ``analysis.scale`` writes the
@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
-from pspo_repro.pipelines.mini import _read_record
+from pspo_repro.pipelines.markers import read_record
 
 
 class ScaleError(RuntimeError):
@@ -125,7 +125,7 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     root = scale_root(cfg)
     only = only_rungs(cfg)
     timings_path = root / "timings.json"
-    previous = (_read_record(timings_path) or {}).get("rungs", {})
+    previous = (read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
     t_all = time.time()
     from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
@@ -164,7 +164,7 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
 
 def rung_time(folder: Path) -> dict[str, float | None]:
     """A rung's wall and CPU seconds summed over its stages (its timings.json; None where it has none)."""
-    stages = (_read_record(folder / "timings.json") or {}).get("stages")
+    stages = (read_record(folder / "timings.json") or {}).get("stages")
     try:
         return {"seconds": round(sum(float(v["seconds"]) for v in stages.values()), 1),
                 "cpu_seconds": round(sum(float(v.get("cpu_seconds") or 0.0) for v in stages.values()), 1)}  # fmt: skip
@@ -191,14 +191,14 @@ def agreement_lines(root: Path, ladder: list[Base], ran: set[str] | None = None)
     """Each rung's comparison with its committed copy, as the mini printed it (its timings.json). A rung not in
     ``ran`` (None: every rung ran) did not run now: its line is the record of its last run, and says so (a
     committed rung's record compares that run with the copy before it)."""
-    from pspo_repro.pipelines import mini_committed
+    from pspo_repro.pipelines import committed_copy
 
     lines = []
     for b in ladder:
-        vs = (_read_record(root / b.name / "timings.json") or {}).get("vs_committed")
+        vs = (read_record(root / b.name / "timings.json") or {}).get("vs_committed")
         if isinstance(vs, dict):
             when = "" if ran is None or b.name in ran else " (not run now; the record of its last run)"
-            lines.append(f"  {b.name}{when}: {mini_committed.describe_agreement(vs['agreement'])}")
+            lines.append(f"  {b.name}{when}: {committed_copy.describe_agreement(vs['agreement'])}")
     return lines
 
 
