@@ -194,6 +194,55 @@ def test_analysis_stands_on_few_floors_and_no_report_imports_another():
     assert not crossing, "a report imports another report:\n" + "\n".join(crossing)
 
 
+# Records with one owner module each (issue 54): no other module of the package builds their file names.
+CELL_OWNER = "evaluation/cells.py"
+CELL_MARKERS = (".partial.jsonl", ".completions.jsonl.gz", "T*.json", ".locks")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                out.add(id(body[0].value))
+    return out
+
+
+def cell_name_builders(package: Path) -> list[str]:
+    """Places outside ``CELL_OWNER`` that build an evaluation cell's file names: a string naming a shard, the
+    completions, the lock folder or a cell glob, or an f-string ``T{t:.1f}`` (docstrings aside)."""
+    hits = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == CELL_OWNER:
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if any(m in node.value for m in CELL_MARKERS):
+                    hits.append(f"{rel}:{node.lineno}: {node.value[:60]!r}")
+            elif isinstance(node, ast.JoinedStr):
+                for a, b in zip(node.values, node.values[1:], strict=False):
+                    if (isinstance(a, ast.Constant) and str(a.value).endswith("T")
+                            and isinstance(b, ast.FormattedValue) and ".1f" in ast.unparse(b)):  # fmt: skip
+                        hits.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return hits
+
+
+def test_the_evaluation_cell_has_one_owner():
+    hits = cell_name_builders(PACKAGE)
+    assert not hits, f"cell file names built outside {CELL_OWNER}:\n" + "\n".join(hits)
+
+
+def test_the_cell_owner_check_sees_a_builder(tmp_path):
+    package = _write(tmp_path, {"evaluation/cells.py": 'X = ".partial.jsonl"\n',
+                                "pipelines/p.py": 'def f(t):\n    """T*.json in a docstring is fine."""\n'
+                                                  '    return f"T{t:.1f}.json", "a.partial.jsonl"\n'})  # fmt: skip
+    assert [h.split(":")[0] for h in cell_name_builders(package)] == ["pipelines/p.py", "pipelines/p.py"]
+
+
 def test_every_subpackage_has_a_rank_and_the_top_level_only_entry_modules():
     top = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
     assert sorted(RANKS) == top

@@ -99,9 +99,9 @@ def _margin(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[float, str]
         widths = [(m.high - m.low) / 2 for m in src if not math.isnan(m.high - m.low)]
         if not widths:
             raise ClaimsError(f"margin_from {rule['margin_from']}: no measurement with an interval")
-        scale = float(rule.get("margin_scale", 1.0))
-        m = scale * sum(widths) / len(widths)
-        return m, (f"{pp(m)[1:]} points: {'' if scale == 1 else f'{scale:g} x '}the mean 95% half-width of "
+        factor = float(rule.get("margin_scale", 1.0))
+        m = factor * sum(widths) / len(widths)
+        return m, (f"{pp(m)[1:]} points: {'' if factor == 1 else f'{factor:g} x '}the mean 95% half-width of "
                    f"{', '.join(x.label for x in src)} over their seeds")  # fmt: skip
     m = float(rule["margin"])
     return m, f"{pp(m)[1:]} points (fixed)"

@@ -296,17 +296,17 @@ def m_run_stat(rec: Records, spec: dict[str, Any]) -> Measured:
     if not seeds:
         raise ClaimsError(f"{spec['id']}: no run of {describe(spec['a'])} logged {key} ({steps} steps)")
     mean = sum(seeds.values()) / len(seeds)
-    scale = 100.0 if spec.get("percent", True) else 1.0
+    factor = 100.0 if spec.get("percent", True) else 1.0
     unit = "%" if spec.get("percent", True) else ""
     g = ".3g" if spec.get("percent", True) else ".4g"  # raw statistics (update norms) need a digit more
     text = (
         f"{spec['a']['method']} [{spec['a'].get('tag') or ''}] {key} ({agg} over {steps} steps): "
-        f"{mean * scale:{g}}{unit} mean over {seeds_text(len(seeds))} (range {min(seeds.values()) * scale:{g}}-"
-        f"{max(seeds.values()) * scale:{g}}{unit})"
+        f"{mean * factor:{g}}{unit} mean over {seeds_text(len(seeds))} (range {min(seeds.values()) * factor:{g}}-"
+        f"{max(seeds.values()) * factor:{g}}{unit})"
     )
     label = spec.get("label", key)
     return Measured(spec["id"], label, mean, min(seeds.values()), max(seeds.values()), seeds, text=text,
-                    short=f"{label}: {mean * scale:{g}}{unit} ({seeds_text(len(seeds))})")  # fmt: skip
+                    short=f"{label}: {mean * factor:{g}}{unit} ({seeds_text(len(seeds))})")  # fmt: skip
 
 
 def m_val_reward(rec: Records, spec: dict[str, Any]) -> Measured:

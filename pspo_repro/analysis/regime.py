@@ -42,12 +42,13 @@ from pspo_repro.common.cli import parse_key_values, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
 from pspo_repro.common.redact import redact_files
 from pspo_repro.common.safe_paths import check_name
+from pspo_repro.evaluation.cells import cell_paths
 
 log = logging.getLogger(__name__)
 
 
 def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float | None:
-    cell = results_dir / "eval" / model / method / folder / "synthetic" / "T0.0.json"
+    cell = cell_paths(results_dir / "eval" / model / method / folder / "synthetic", 0.0)["json"]
     if not cell.is_file():
         return None
     metrics, why = checked_metrics(cell, results_dir)  # recomputed from its records, never the stored cache

@@ -9,9 +9,7 @@ result that is malformed, duplicated or inconsistent with its neighbours raises
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -23,6 +21,7 @@ import pandas as pd
 
 from pspo_repro.analysis.result_files import ResultsError, read_json, utf8_names
 from pspo_repro.analysis.run_records import run_dirs as run_dirs  # re-exported: aggregate reads it here
+from pspo_repro.evaluation.cells import cell_files, cell_name, completions_path, read_completions
 from pspo_repro.evaluation.metrics import (
     SAMPLE_FIELDS,
     cell_metrics,
@@ -55,7 +54,7 @@ _read_json, _utf8_names = read_json, utf8_names  # the names this module's reade
 def eval_files(root: Path) -> list[Path]:
     """Evaluation cell files under ``root/eval`` (sorted, so every output is deterministic); ResultsError
     when a name on the way is not UTF-8."""
-    return _utf8_names(sorted(p for p in (root / "eval").glob("**/*.json") if p.is_file()))
+    return _utf8_names(cell_files(root / "eval"))
 
 
 def _counts(cell: dict[str, Any], field: str, metric: str, path: Path) -> tuple[int, int]:
@@ -264,7 +263,7 @@ def location_problem(path: Path, root: Path, cell: dict[str, Any]) -> str | None
     tag = cell.get("tag") or ""
     expect = (
         cell["model"], cell["method"], f"seed{cell['seed']}" + (f"-{tag}" if tag else ""), cell["dataset"],
-        f"T{float(cell['temperature']):.1f}.json",
+        f"{cell_name(float(cell['temperature']))}.json",
     )  # fmt: skip
     if float(cell["temperature"]) != round(float(cell["temperature"]), 1):
         return f"temperature={cell['temperature']!r} has more than the one decimal its file name holds"
@@ -397,15 +396,6 @@ def authors_gold_parses(gold: str) -> bool:
     return extract_final_answer(gold) is not None
 
 
-def completions_path(cell_file: str | Path) -> Path:
-    """The raw completions beside an evaluation cell (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``), named
-    as the evaluator writes them (``evaluator.COMPLETIONS_SUFFIX``)."""
-    from pspo_repro.evaluation.evaluator import COMPLETIONS_SUFFIX
-
-    path = Path(cell_file)
-    return path.with_name(f"{path.stem}{COMPLETIONS_SUFFIX}")
-
-
 def _golds_in_rows(rec: dict[str, Any]) -> dict[str, str] | None:
     """{prompt id: the gold string the authors' reward was given} from per-prompt ``authors_gold``
     fields, or None when the rows do not carry them (cells written before the field existed)."""
@@ -426,8 +416,7 @@ def _golds_in_completions(rec: dict[str, Any]) -> dict[str, str] | None:
     if not path.is_file():
         return None
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            lines = [json.loads(line) for line in fh if line.strip()]
+        lines = read_completions(path)
     except (OSError, EOFError, ValueError) as exc:  # OSError: not gzip; ValueError: bad JSON or UTF-8
         raise ResultsError(f"{path}: cannot read the completions ({exc})") from None
     golds = {}

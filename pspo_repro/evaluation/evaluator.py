@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
-import hashlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.common.atomic import atomic_open, write_json
+from pspo_repro.common.atomic import write_json
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.provenance import git_sha, package_versions
 from pspo_repro.common.redact import redact
@@ -34,14 +31,11 @@ from pspo_repro.common.safe_paths import (
     check_name,
     check_seed,
     ensure_under,
-    results_path,
-    seed_folder,
 )
 from pspo_repro.common.startup import EVALUATION_STACK, import_frozen
 from pspo_repro.data.datasets import load_benchmark
 from pspo_repro.data.problems import DataError, Problem
-from pspo_repro.evaluation import metrics
-from pspo_repro.evaluation.metrics import majority_vote
+from pspo_repro.evaluation import cells, metrics
 from pspo_repro.evaluation.settings import (  # the settings checks: their own module, read in one place
     EvalError,
     _precheck_argv,
@@ -52,23 +46,6 @@ from pspo_repro.scoring import grading
 from pspo_repro.scoring.authors_reward import authors_gsm8k_reward
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-# Bumped whenever grading changes what a sample scores: a partial shard or final cell graded by another
-# version does not match (the header differs), so no cell mixes two graders. 3: a number inside a larger
-# expression (an exponent, a root, a fraction) is no answer; the authors' reward matches with `regex`.
-GRADER_VERSION = 3
-# 4: a list gold (``answer_kind`` "list", MATH's "70,110") is graded as a list, no longer as one number. Only a
-# cell holding such a row grades differently from 3, so only it carries 4: every other cell, committed ones
-# included, stays valid.
-LIST_GRADER_VERSION = 4
-
-
-def grader_version(problems: list[Problem]) -> int:
-    """The grading version a cell over ``problems`` is graded with (``GRADER_VERSION``, or
-    ``LIST_GRADER_VERSION`` when a row's gold is a list)."""
-    return LIST_GRADER_VERSION if any(p.answer_kind == "list" for p in problems) else GRADER_VERSION
-
 
 PASS_KS = metrics.PASS_KS
 # chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
@@ -320,43 +297,9 @@ def top_k_of(cfg: Any) -> int | None:
 
 
 def eval_dir(target: Target, dataset: str) -> Path:
-    """``results/eval/{model}/{method}/seed{seed}[-tag]/{dataset}/``: every component checked by
-    ``safe_paths``' name rule and the folder proven to lie under ``results/eval`` (UnsafePathError)."""
-    return results_path(
-        results_dir() / "eval",
-        ("model", target.model),
-        ("method", target.method),
-        ("seed folder", seed_folder(target.seed, target.tag)),
-        ("dataset", dataset),
-    )
-
-
-# The raw completions beside a cell's JSON (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``); the tables
-# read its golds for cells written before per-prompt ``authors_gold`` existed (analysis.results_io).
-COMPLETIONS_SUFFIX = ".completions.jsonl.gz"
-
-
-def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
-    """The final JSON, the completions and the partial shard of one cell."""
-    stem = f"T{temperature:.1f}"
-    return {
-        "json": folder / f"{stem}.json",
-        "completions": folder / f"{stem}{COMPLETIONS_SUFFIX}",
-        "partial": folder / f"{stem}.partial.jsonl",
-        # Beside the dataset folder, so the cell folder holds only results; never deleted (unlinking a
-        # lock file another process waits on would let a third one take a fresh lock at once).
-        "lock": folder.parent / ".locks" / f"{folder.name}.{stem}.lock",
-    }
-
-
-def rows_sha256(problems: list[Problem]) -> str:
-    """Hash of the problem ids used, in order: two cells compare only if they used the same rows."""
-    return hashlib.sha256("\n".join(p.id for p in problems).encode()).hexdigest()
-
-
-def n_for(temperature: float, n_samples: int) -> int:
-    """One sample at T = 0 (greedy), ``n_samples`` above."""
-    return 1 if temperature == 0 else n_samples
+    """The cell folder of ``target`` on ``dataset`` (``cells.cell_folder``: every component checked by
+    ``safe_paths``' name rule, the folder proven to lie under ``results/eval``; UnsafePathError)."""
+    return cells.cell_folder(target.model, target.method, target.seed, target.tag, dataset)
 
 
 def _grade_one(text: str, problem: Problem) -> dict[str, Any]:
@@ -395,105 +338,7 @@ def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
     }
 
 
-def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
-    """Per-prompt counts and per-sample lists for the result JSON (enough to recompute every metric)."""
-    s = record["samples"]
-    keys = [x["answer_key"] for x in s]
-    n = len(s)
-    row = {
-        "id": record["id"],
-        "n": n,
-        "reward_correct": sum(x["reward_correct"] for x in s),
-        "true_correct": sum(x["true_correct"] for x in s),
-        # authors_correct: the authors' reward > 0.5, how their evaluation counts a sample correct.
-        "authors_correct": sum(float(x["reward"]) > 0.5 for x in s),
-        "authors_reward_mean": sum(float(x["reward"]) for x in s) / n,
-        # reward_maj: the most frequent final answer (ties: first seen; no answer never wins) is reward-correct.
-        "reward_maj": int(majority_vote(keys, [bool(x["reward_correct"]) for x in s])),
-        # true_maj: more than half of the samples contain the gold somewhere.
-        "true_maj": int(2 * sum(x["true_correct"] for x in s) > n),
-        "mean_length": sum(len(x["token_ids"]) for x in s) / n,
-        **metrics.sample_lists(s),
-        "timeouts": sum(x.get("timed_out", 0) for x in s),
-    }
-    # The gold string the authors' reward read: tables drop the rows whose gold their extractor cannot
-    # parse from the paper-comparable columns, as their maths_plots.py does.
-    gold = record.get("authors_gold") or record.get("gold")
-    if gold is not None:
-        row["authors_gold"] = gold
-    errors = sorted({x["grading_error"] for x in s if x.get("grading_error")})
-    if errors:
-        row["grading_error"] = errors[0]
-    return row
-
-
-def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
-    """Accuracies over all samples (top-1 at T = 0), pass@k for k <= n, majority votes (ours and the
-    authors' maj@k), best-of-n, first-sample top-1, agreement, unique answers, length (``metrics``)."""
-    return metrics.cell_metrics(per_prompt)
-
-
 # ---------------------------------------------------------------- partial shards
-
-
-def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[str, dict[str, Any]]:
-    """Finished prompt records from a partial shard, deduplicated by id (first wins).
-
-    A shard written under different settings is discarded (it would mix incompatible samples); a torn
-    last line (a kill mid-write) is dropped.
-    """
-    if not path.is_file():
-        return {}
-    lines = []
-    for raw in path.read_bytes().splitlines():
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:  # damaged bytes: like a torn line, that record is redone
-            lines.append("")
-    try:
-        first = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
-        first = None
-    if not isinstance(first, dict) or first.get("header") != header:
-        log.warning("%s: written under other settings or unreadable; starting this cell afresh", path)
-        path.unlink()
-        return {}
-    done: dict[str, dict[str, Any]] = {}
-    for line in lines[1:]:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # only the last line can be torn: we append whole lines and fsync each chunk
-        if isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in done:
-            done[rec["id"]] = rec
-    return done
-
-
-def append_records(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """Append finished records in one write and fsync (the header line first for a new shard)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fresh = not path.exists() or path.stat().st_size == 0
-    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    if fresh:
-        blob = json.dumps({"header": header}, sort_keys=True) + "\n" + blob
-    with open(path, "a", encoding="utf-8") as fh:
-        if not fresh and fh.tell() > 0:
-            # A torn last line from a kill: terminate it so our records start on their own line.
-            with open(path, "rb") as rd:
-                rd.seek(-1, os.SEEK_END)
-                if rd.read(1) != b"\n":
-                    blob = "\n" + blob
-        fh.write(blob)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def write_completions(path: Path, records: list[dict[str, Any]]) -> None:
-    """The raw completions as gzip JSONL, byte-deterministic (mtime 0, no file name in the header)."""
-    with atomic_open(path, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-            for rec in records:
-                gz.write((json.dumps(rec, sort_keys=True) + "\n").encode())
 
 
 # ---------------------------------------------------------------- the sweep
@@ -510,51 +355,34 @@ class Cell:
     done: dict[str, dict[str, Any]]
 
 
+def _final_matches(path: Path, header: dict[str, Any]) -> bool:
+    """``cells.final_matches`` with its refusal as the command's one-line EvalError."""
+    try:
+        return cells.final_matches(path, header)
+    except cells.CellError as exc:
+        raise EvalError(str(exc)) from None
+
+
 def _header(
     target: Target, cfg: Any, dataset: str, problems: list[Problem], t: float, backend: str
 ) -> dict[str, Any]:
-    """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "grader": grader_version(problems),
-        "model": target.model,
-        "method": target.method,
-        "seed": target.seed,
-        "tag": target.tag,
-        "checkpoint": target.checkpoint,
-        "dataset": dataset,
+    """The settings header of one cell (``cells.cell_header``) from the evaluate config."""
+    settings = {
         "split": str(cfg.eval.split),
         "limit": None if cfg.eval.limit is None else int(cfg.eval.limit),
-        "num_prompts": len(problems),
-        "rows_sha256": rows_sha256(problems),
-        "temperature": t,
         "top_p": float(cfg.top_p),
         "top_k": top_k_of(cfg),
         "max_new_tokens": int(cfg.max_new_tokens),
-        "n_samples": n_for(t, int(cfg.n_samples)),
+        "n_samples": int(cfg.n_samples),
         "sampling_seed": int(cfg.sampling_seed),
         "prompt_template": str(cfg.prompt_template),
         "backend": backend,
         # Only a cell read from a named source records it (cells of the default sources keep their keys).
-        **({"source": sources_of(cfg)[dataset]} if dataset in sources_of(cfg) else {}),
+        "source": sources_of(cfg).get(dataset),
     }
-
-
-def _final_matches(path: Path, header: dict[str, Any]) -> bool:
-    try:
-        existing = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvalError(
-            f"{path}: unreadable result file ({exc}); delete it to evaluate the cell again"
-        ) from None
-    if not isinstance(existing, dict):
-        raise EvalError(f"{path}: not a result file (a JSON {type(existing).__name__}); delete it")
-    differing = [k for k, v in header.items() if existing.get(k) != v]
-    if differing:
-        raise EvalError(
-            f"{path} exists with different settings ({', '.join(differing)}); delete it or evaluate under another tag"
-        )
-    return True
+    identity = {"model": target.model, "method": target.method, "seed": target.seed, "tag": target.tag,
+                "checkpoint": target.checkpoint}  # fmt: skip
+    return cells.cell_header(identity, dataset, problems, t, settings)
 
 
 def evaluate(cfg: Any) -> list[dict[str, Any]]:
@@ -574,37 +402,39 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
         for name in datasets
     }
 
-    cells: list[Cell] = []
+    pending: list[Cell] = []
     for name, problems in problems_by_ds.items():
         try:
             folder = eval_dir(target, name)
         except UnsafePathError as exc:
             raise EvalError(str(exc)) from None
         for t in temps:
-            paths = cell_paths(folder, t)
+            paths = cells.cell_paths(folder, t)
             header = _header(target, cfg, name, problems, t, backend_name)
             if paths["json"].is_file() and _final_matches(paths["json"], header):
                 log.info("done already: %s", paths["json"])
                 continue
-            cells.append(Cell(name, t, paths, header, {}))
+            pending.append(Cell(name, t, paths, header, {}))
 
     # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
     # offline) is a one-line error with nothing written.
     tokenizer = None
-    if cells:
+    if pending:
         import_frozen(EVALUATION_STACK)  # what the tokenizer and the model load, with the collector paused
         tokenizer = _load_tokenizer(target.checkpoint)
-    pending = {c.dataset for c in cells}
-    encoded = {n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in pending}
+    datasets_pending = {c.dataset for c in pending}
+    encoded = {
+        n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in datasets_pending
+    }
     check_context(cfg, target.checkpoint, backend_name, encoded)  # before any lock or model
     with contextlib.ExitStack() as locks:
-        cells = _lock_cells(cells, locks)
-        _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded)
+        pending = _lock_cells(pending, locks)
+        _run_cells(pending, problems_by_ds, cfg, target, backend_name, encoded)
 
     results = []
     for name in datasets:
         for t in temps:
-            results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
+            results.append(json.loads(cells.cell_paths(eval_dir(target, name), t)["json"].read_text()))
     print_table(results)
     return results
 
@@ -650,14 +480,14 @@ def check_context(cfg: Any, checkpoint: str, backend_name: str, encoded: dict[st
         )
 
 
-def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
+def _lock_cells(pending: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
     """Take each pending cell's lock (``fcntl.flock``, released when ``stack`` closes or the process dies).
 
     Two processes given the same cell (a requeued job racing its first attempt): the second waits for
     the first, then finds the final file and skips the cell, so no cell is generated twice and no
     partial shard gets two writers. Locks are taken in path order (no deadlock between sweeps).
     """
-    for c in sorted(cells, key=lambda c: str(c.paths["lock"])):
+    for c in sorted(pending, key=lambda c: str(c.paths["lock"])):
         c.paths["lock"].parent.mkdir(parents=True, exist_ok=True)
         fh = stack.enter_context(open(c.paths["lock"], "a"))  # closed by the stack
         try:
@@ -665,16 +495,16 @@ def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
         except BlockingIOError:
             log.warning("%s is being evaluated by another process: waiting for it", c.paths["json"])
             fcntl.flock(fh, fcntl.LOCK_EX)
-    pending = []
-    for c in cells:
+    left = []
+    for c in pending:
         if c.paths["json"].is_file() and _final_matches(c.paths["json"], c.header):
             log.info("done by another process meanwhile: %s", c.paths["json"])
             continue
-        pending.append(c)
-    return pending
+        left.append(c)
+    return left
 
 
-def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> None:
+def _run_cells(pending, problems_by_ds, cfg, target, backend_name, encoded) -> None:
     """Generate, grade and write every pending cell (the model loads once, only if a cell is pending);
     ``encoded``: each pending dataset's prompts and their token ids (``encode_prompts``)."""
     from omegaconf import OmegaConf
@@ -682,7 +512,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
 
     from pspo_repro.evaluation.backends import Request, make_backend, request_seed
 
-    if cells:
+    if pending:
         backend = make_backend(
             backend_name,
             target.checkpoint,
@@ -694,12 +524,12 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
         log.info("evaluating %s (%s) with the %s backend", target.checkpoint, target.method, backend.name)
         chunk_no = 0
         for name, problems in problems_by_ds.items():
-            ds_cells = [c for c in cells if c.dataset == name]
+            ds_cells = [c for c in pending if c.dataset == name]
             if not ds_cells:
                 continue
             wanted = {p.id for p in problems}
             for c in ds_cells:
-                c.done = read_partial(c.paths["partial"], c.header, wanted)
+                c.done = cells.read_partial(c.paths["partial"], c.header, wanted)
             prompts, prompt_ids = encoded[name]
             size = int(cfg.chunk_size) if cfg.chunk_size is not None else CHUNK_SIZE[backend_name]
             bar = tqdm(
@@ -721,7 +551,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
                         prompts[i],
                         prompt_ids[i],
                         c.temperature,
-                        n_for(c.temperature, int(cfg.n_samples)),
+                        cells.n_for(c.temperature, int(cfg.n_samples)),
                         request_seed(int(cfg.sampling_seed), c.temperature, problems[i].id),
                     )
                     for c, i in todo
@@ -736,7 +566,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
                         if cc is c
                     ]
                     if recs:
-                        append_records(c.paths["partial"], c.header, recs)
+                        cells.append_records(c.paths["partial"], c.header, recs)
                         c.done.update({r["id"]: r for r in recs})
                 bar.update(len(todo))
                 chunk_no += 1
@@ -752,23 +582,19 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
     from omegaconf import OmegaConf
 
     records = [c.done[p.id] for p in problems]
-    per_prompt = [per_prompt_row(r) for r in records]
-    write_completions(c.paths["completions"], records)
-    result = {
-        **c.header,
+    cells.write_completions(c.paths["completions"], records)
+    fields: dict[str, Any] = {
         "run_dir": target.run_dir,
         # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
         "config": redact(OmegaConf.to_container(cfg, resolve=True)),
         "versions": package_versions(),
         "git_sha": git_sha(),
-        "per_prompt": per_prompt,
-        "metrics": cell_metrics(per_prompt),
     }
     if target.checkpoint in PROVISIONAL:  # asked for by name (checkpoint=) although unfinished
-        result["provisional"] = PROVISIONAL[target.checkpoint]
+        fields["provisional"] = PROVISIONAL[target.checkpoint]
     if target.foreign_checkpoint:  # allow_foreign_checkpoint=true: not a checkpoint of the filing run
-        result["foreign_checkpoint"] = target.foreign_checkpoint
-    write_json(c.paths["json"], result)
+        fields["foreign_checkpoint"] = target.foreign_checkpoint
+    write_json(c.paths["json"], cells.final_record(c.header, records, **fields))
     c.paths["partial"].unlink(missing_ok=True)
     log.info("wrote %s", c.paths["json"])
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.data.datasets import get_spec
+from pspo_repro.evaluation.cells import cell_name
 
 
 class EvalError(ValueError):
@@ -76,7 +77,7 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
         if float(f"{t:.1f}") != t:
             raise EvalError(
                 f"temperature {t:g} cannot be filed exactly (cells are named T{{t:.1f}}.json, it would be "
-                f"T{t:.1f}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
+                f"{cell_name(t)}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
             )
     labels = [f"{t:.1f}" for t in temps]
     if len(set(labels)) != len(labels):

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.analysis.tuning import Selection, TuningError, select
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.run_dir import tagging_key
+from pspo_repro.evaluation.cells import cell_files, cell_paths
 from pspo_repro.pipelines.jobs import Job, StageError
 
 MODEL_NAME = "mini_sft"  # conf/model/mini_sft.yaml: the run folders' model component
@@ -404,13 +405,13 @@ def cells_done(root: Path, run: Path, overrides: list[str]) -> bool:
         else run.relative_to(root / "eval")
     )
     return bool(datasets and values) and all(
-        (root / "eval" / rel / d / f"T{t:.1f}.json").is_file() for d in datasets for t in values
+        cell_paths(root / "eval" / rel / d, t)["json"].is_file() for d in datasets for t in values
     )
 
 
 def count_cells(root: Path) -> int:
     """Finished evaluation cells (final JSONs) under ``<root>/eval``."""
-    return sum(1 for _ in (root / "eval").glob("**/T*.json")) if (root / "eval").is_dir() else 0
+    return len(cell_files(root / "eval"))
 
 
 def ablation_runs(cfg: DictConfig) -> list[tuple[str, str, int]]:

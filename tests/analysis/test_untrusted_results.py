@@ -241,7 +241,7 @@ def test_new_metric_keys_and_per_prompt_fields_are_tolerated(tmp_path, monkeypat
 
 def test_cell_check_is_exact_on_a_real_cell():
     from pspo_repro.analysis.results_io import cell_problem
-    from pspo_repro.evaluation.evaluator import cell_metrics
+    from pspo_repro.evaluation.metrics import cell_metrics
 
     cell = _cell(1)
     cell["metrics"] = cell_metrics(cell["per_prompt"])  # the evaluator's own arithmetic passes

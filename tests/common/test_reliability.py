@@ -22,7 +22,7 @@ ALLOWED = {
         'open(self.path, "a"',
     ): "metrics.jsonl is append-only; readers drop a torn last line",
     (
-        "evaluation/evaluator.py",
+        "evaluation/cells.py",
         'open(path, "a"',
     ): "partial shard: append-only, fsynced, torn line dropped on resume",
     ("evaluation/evaluator.py", 'open(c.paths["lock"], "a")'): "an empty lock file (fcntl.flock)",

@@ -593,7 +593,7 @@ def test_failed_write_keeps_previous_file_and_names_path(tmp_path, monkeypatch, 
         elif writer == "write_text":
             atomic.write_text(target, "new text")
         elif writer == "completions":
-            from pspo_repro.evaluation.evaluator import write_completions
+            from pspo_repro.evaluation.cells import write_completions
 
             write_completions(target, [{"id": "p", "samples": []}])
         elif writer == "aggregate":
