@@ -231,6 +231,38 @@ def cell_name_builders(package: Path) -> list[str]:
     return hits
 
 
+RUN_JSON_OWNER = "common/run_folder.py"
+
+
+def run_json_names(package: Path) -> list[str]:
+    """Places outside ``RUN_JSON_OWNER`` that name a run.json file to open or build (a string that is the name,
+    or a path ending in it; messages about "run.json's fields" are text, not a file)."""
+    hits = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == RUN_JSON_OWNER:
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if node.value == "run.json" or node.value.endswith("/run.json"):
+                    hits.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return hits
+
+
+def test_run_json_has_one_owner():
+    hits = run_json_names(PACKAGE)
+    assert not hits, f"run.json named outside {RUN_JSON_OWNER}:\n" + "\n".join(hits)
+
+
+def test_the_run_json_owner_check_sees_a_reader(tmp_path):
+    package = _write(tmp_path, {"common/run_folder.py": 'RUN_JSON = "run.json"\n',
+                                "analysis/a.py": 'import json\ndef f(d):\n    return json.loads((d / "run.json").read_text())\n',
+                                "analysis/b.py": 'WHY = "run.json\'s status is not finished"\n'})  # fmt: skip
+    assert [h.split(":")[0] for h in run_json_names(package)] == ["analysis/a.py"]
+
+
 def test_the_evaluation_cell_has_one_owner():
     hits = cell_name_builders(PACKAGE)
     assert not hits, f"cell file names built outside {CELL_OWNER}:\n" + "\n".join(hits)

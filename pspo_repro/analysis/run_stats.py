@@ -23,6 +23,7 @@ from typing import Any
 
 from pspo_repro.analysis.result_files import ResultsError
 from pspo_repro.analysis.run_records import info_problem, max_grad_norm, read_metrics
+from pspo_repro.common.run_folder import run_json
 
 # A collapse: a value below this share of where it started (the last quarter's training reward against the
 # first steps'; in the regime table also a run's test accuracy against its base model's).
@@ -140,5 +141,5 @@ def folder_stats(folder: Path, info: dict[str, Any]) -> dict[str, float | bool]:
 def _checked_rows(folder: Path, info: dict[str, Any]) -> list[dict[str, Any]]:
     """The metrics.jsonl rows of the run in ``folder`` whose run.json is ``info``, both checked."""
     if why := info_problem(info):
-        raise ResultsError(f"{folder / 'run.json'}: {why}")
+        raise ResultsError(f"{run_json(folder)}: {why}")
     return read_metrics(folder / "metrics.jsonl", finished=info.get("status") == "finished")

@@ -10,7 +10,6 @@ validation. Every function here reads the config and the results folder; nothing
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.analysis.tuning import Selection, TuningError, select
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.run_dir import tagging_key
+from pspo_repro.common.run_folder import RunFolder
 from pspo_repro.evaluation.cells import cell_files, cell_paths
 from pspo_repro.pipelines.jobs import Job, StageError
 
@@ -146,10 +146,7 @@ def run_dir_of(root: Path, method: str, tag: str, seed: int) -> Path:
 
 def run_status(folder: Path) -> str | None:
     """``run.json``'s status (None when there is none)."""
-    try:
-        return json.loads((folder / "run.json").read_text()).get("status")
-    except (OSError, json.JSONDecodeError):
-        return None
+    return RunFolder(folder).status()
 
 
 def _rl_job(
@@ -429,7 +426,7 @@ def ablation_step(cfg: DictConfig, root: Path) -> int | None:
     """
     finals, every = [], None
     for m, t, s in ablation_runs(cfg):
-        info = json.loads((run_dir_of(root, m, t, s) / "run.json").read_text())
+        info = RunFolder(run_dir_of(root, m, t, s)).load()
         finals.append(int(info["final_step"]))
         every = int(info["config"]["trainer"]["eval_steps"])
     if not finals or not every:

@@ -27,17 +27,12 @@ from omegaconf.errors import OmegaConfBaseException
 from pspo_repro.common.cli import UsageError, fail, first_line
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.provenance import git_sha, package_versions
-from pspo_repro.common.redact import redact
 from pspo_repro.common.run_dir import (
     identity_config,
-    last_checkpoint,
-    portable_identity,
-    read_run_json,
     run_folder,
     tag_from_overrides,
-    truncate_metrics,
-    write_run_json,
 )
+from pspo_repro.common.run_folder import RunFolder
 from pspo_repro.common.startup import TRAINING_STACK, import_frozen
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
@@ -255,7 +250,7 @@ def _finish_from_checkpoint(folder: Path, state: dict, record: dict, main_proces
         stop_reason="token_budget",
     )
     if main_process:
-        write_run_json(folder, record)
+        RunFolder(folder).write(record)
         print(
             f"finished: {folder} (the token budget was reached at step {record['final_step']} before a kill)"
         )
@@ -344,6 +339,11 @@ class _Plan:
     resolved: dict[str, Any]  # the composed config, as run.json records it
     identity: dict[str, Any]
 
+    @property
+    def run(self) -> RunFolder:
+        """The run's folder, whose run.json it reads and writes."""
+        return RunFolder(self.folder)
+
 
 def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitStack) -> Path | None:
     """``run``'s steps in order: plan, prepare and lock, check the folder, then train and record."""
@@ -353,14 +353,14 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     # A finished run is reported before the tokenizer and TRL load: rerunning a finished grid costs each job
     # ~3 CPU s instead of ~6. A finished run.json is final, so it is safe to read without the lock; a run in
     # any other state is read again under the lock below.
-    if _finished_already(plan, read_run_json(plan.folder)):
+    if _finished_already(plan, plan.run.read()):
         return plan.folder
     prepared = None
     if not cfg.get("dry_run"):
         import_frozen(TRAINING_STACK)  # the stack the steps below load, with the collector paused
         prepared = _prepare_and_lock(cfg, plan, locks)
 
-    previous = read_run_json(plan.folder)
+    previous = plan.run.read()
     if _finished_already(plan, previous):
         return plan.folder
     if cfg.get("dry_run"):
@@ -387,7 +387,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     )
     _check_precision(cfg, trainer, record)
     if main_process:
-        write_run_json(plan.folder, record)
+        plan.run.write(record)
     return _train_and_record(trainer, plan.folder, record, resume, nonfinite, budget, stopper)
 
 
@@ -424,21 +424,7 @@ def _prepare_and_lock(cfg: DictConfig, plan: _Plan, locks: contextlib.ExitStack)
 
 def _finished_already(plan: _Plan, previous: dict | None) -> bool:
     """Step 3: refuse a folder of another configuration; True (reported) when this run has finished."""
-    if previous is None:
-        return False
-    # run.json stores it redacted; the SFT base's path is compared relative to each run's results root
-    stored = portable_identity(previous.get("identity"), previous.get("run_dir") or plan.folder)
-    if stored != portable_identity(redact(plan.identity), plan.folder):
-        raise UsageError(
-            f"{plan.folder} holds a run with a different configuration; set run_tag=... or remove the folder"
-        )
-    if previous.get("status") == "finished":
-        if is_main_process():
-            print(
-                f"finished already: {plan.folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
-            )
-        return True
-    return False
+    return plan.run.finished_already(plan.identity, previous, announce=is_main_process())
 
 
 def _datasets(cfg: DictConfig, plan: _Plan, tokenizer) -> tuple[Any, Any]:
@@ -460,12 +446,9 @@ def _start_record(
     # Returns the record (later steps update it; the failure hook writes its latest state), the
     # checkpoint to resume from (None: start afresh) and whether this is the main process.
     folder = plan.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    resume = last_checkpoint(folder)
-    step0 = int(resume.name.split("-")[1]) if resume else 0
     main_process = is_main_process()  # only it writes run.json and metrics.jsonl
-    if main_process:
-        truncate_metrics(folder / "metrics.jsonl", step0 if resume else None)
+    resume = plan.run.resume_point(main_process)
+    step0 = int(resume.name.split("-")[1]) if resume else 0
     if resume:
         args.eval_on_start = False  # the curve's step-0 point is logged already; no duplicate at step0
     record = {
@@ -488,16 +471,8 @@ def _start_record(
         "num_tokens": None,
     }
     if main_process:
-        write_run_json(folder, record)
-
-        def mark_failed(exc_type, exc, _tb) -> None:
-            # An exception past this point (not a kill) must not leave run.json saying "running".
-            if exc_type is not None and issubclass(exc_type, Exception):
-                write_run_json(
-                    folder, {**record, "status": "failed", "error": first_line(exc) or exc_type.__name__}
-                )
-
-        locks.push(mark_failed)
+        plan.run.write(record)
+        locks.push(plan.run.failure_hook(record))
     return record, resume, main_process
 
 
@@ -602,7 +577,7 @@ def _train_and_record(
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except NonFiniteError as exc:
         if trainer.is_world_process_zero():
-            write_run_json(folder, {**record, "status": "failed", "error": str(exc)})
+            RunFolder(folder).write({**record, "status": "failed", "error": str(exc)})
         raise UsageError(str(exc)) from None
 
     state = trainer.state
@@ -623,7 +598,7 @@ def _train_and_record(
         else ("token_budget" if budget and budget.reached else "max_steps"),
     )
     if trainer.is_world_process_zero():
-        write_run_json(folder, record)
+        RunFolder(folder).write(record)
         print(
             f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
         )

@@ -272,13 +272,12 @@ def test_a_checkpoint_named_although_unfinished_warns_once_and_is_marked(
         "best_checkpoint": "checkpoint-2",
     }
     (run / "run.json").write_text(json.dumps(info))
-    monkeypatch.setattr(ev, "PROVISIONAL", {})
     cfg = ev.compose_config([f"run={run}"])
     with pytest.raises(ev.EvalError, match="not 'finished'"):
         ev.resolve_target(cfg)
     target = ev.resolve_target(ev.compose_config([f"run={run}", "checkpoint=checkpoint-2"]))
-    assert "'running'" in ev.PROVISIONAL[target.checkpoint]
-    assert "pspo_complete.json" in ev.PROVISIONAL[target.checkpoint]
+    assert "'running'" in target.provisional
+    assert "pspo_complete.json" in target.provisional
 
 
 # ---------------------------------------------------------------- class 6: outputs as one set

@@ -601,9 +601,9 @@ def test_failed_write_keeps_previous_file_and_names_path(tmp_path, monkeypatch, 
 
             write_outputs(Outputs(files={target: "new table"}))
         else:
-            from pspo_repro.common.run_dir import write_run_json
+            from pspo_repro.common.run_folder import RunFolder
 
-            write_run_json(target.parent, {"status": "running"})
+            RunFolder(target.parent).write({"status": "running"})
     assert str(target) in str(err.value)
     assert target.read_bytes() == b"previous good content"
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temp file left
