@@ -49,10 +49,13 @@ def fail(message: str) -> None:
 
 
 def check_number(key: str, value: Any, kind: type = float, *, low: float | None = None,
-                 high: float | None = None, low_open: bool = False, high_open: bool = False) -> Any:  # fmt: skip
-    """``value`` as a finite number of ``kind`` within the bounds, else UsageError naming the key, the value
-    and what is allowed. Hydra types ``expected_seeds=abc`` as a string and ``1.9`` as a float: both are
-    refused for an integer setting, as is infinity for any setting."""
+                 high: float | None = None, low_open: bool = False, high_open: bool = False, null: bool = False,
+                 text: bool = False, error: type[Exception] = UsageError) -> Any:  # fmt: skip
+    """``value`` as a finite number of ``kind`` within the bounds, else ``error`` (UsageError) naming the key,
+    the value and what is allowed: the one number check of every command's settings. Hydra types
+    ``expected_seeds=abc`` as a string and ``1.9`` as a float: both are refused for an integer setting, as is
+    infinity for any setting. ``null``: None is allowed (and returned); ``text``: a string that spells a number
+    is read as that number (a quoted ``'0.8'``)."""
     import math
 
     def show(x: float) -> str:
@@ -63,15 +66,27 @@ def check_number(key: str, value: Any, kind: type = float, *, low: float | None 
         lo = "-inf" if low is None else show(low)
         hi = "inf" if high is None else show(high)
         what += f" in {'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (kind is not int or float(value).is_integer())
+    if null:
+        what += " or null"
+    if value is None:
+        if null:
+            return None
+        raise error(f"{key} must be {what}, got null")
+    number = value
+    if text and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    ok = isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number)
+    ok = ok and (kind is not int or float(number).is_integer())
     if ok and low is not None:
-        ok = value > low if low_open else value >= low
+        ok = number > low if low_open else number >= low
     if ok and high is not None:
-        ok = value < high if high_open else value <= high
+        ok = number < high if high_open else number <= high
     if not ok:
-        raise UsageError(f"{key} must be {what}, got {value!r}")
-    return int(value) if kind is int else float(value)
+        raise error(f"{key} must be {what}, got {value!r}")
+    return int(number) if kind is int else float(number)
 
 
 def refuse_secret_args(argv: list[str]) -> None:

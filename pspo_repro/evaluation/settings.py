@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pspo_repro.common.cli import check_number
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.data.datasets import get_spec
 from pspo_repro.evaluation.cells import cell_name
@@ -22,17 +23,9 @@ class EvalError(ValueError):
 
 
 def _number(key: str, value: Any, kind: type = float) -> Any:
-    """``value`` as a finite number of ``kind`` (int: no fractional part), else a one-line EvalError."""
-    allowed = "an integer" if kind is int else "a number"
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise EvalError(f"{key} must be {allowed}, got {value!r}")
-    try:
-        x = float(value)
-    except ValueError:
-        raise EvalError(f"{key} must be {allowed}, got {value!r}") from None
-    if x != x or x in (float("inf"), float("-inf")) or (kind is int and not x.is_integer()):
-        raise EvalError(f"{key} must be {allowed}, got {value!r}")
-    return int(x) if kind is int else x
+    """``value`` as a finite number of ``kind`` (int: no fractional part; a string that spells one is read as
+    it), else a one-line EvalError (``cli.check_number``)."""
+    return check_number(key, value, kind, text=True, error=EvalError)
 
 
 # Upper bounds checked before anything loads: a typo such as n_samples=1e9 would otherwise pass as an
