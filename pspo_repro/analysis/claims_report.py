@@ -14,15 +14,18 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hydra.core.config_store import ConfigStore
 
 from pspo_repro.analysis.claims import ALPHA, evaluate, p_text
 from pspo_repro.analysis.claims_spec import ClaimsError, read_spec
 from pspo_repro.analysis.measures import Records
 from pspo_repro.analysis.tuning import Selection
 from pspo_repro.common.atomic import write_set
-from pspo_repro.common.cli import parse_key_values, run_writer
+from pspo_repro.common.cli import required_error, run_command, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
@@ -184,16 +187,24 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     return list(files)
 
 
-KEYS = ("results_dir", "out_dir", "spec")
+@dataclass
+class ClaimsCommand:
+    """The ``claims`` command's settings (a schema in Hydra's ConfigStore; each value text, as typed)."""
+
+    results_dir: str | None = None
+    out_dir: str | None = None
+    spec: str | None = None  # None: conf/claims.yaml
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pspo_repro.claims results_dir=... out_dir=... [spec=...]``; returns the exit code."""
-    args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
-    if isinstance(args, str):
-        print(f"error: {args}", file=sys.stderr)
+ConfigStore.instance().store(name="claims_command", node=ClaimsCommand)
+
+
+def _task(cfg: Any) -> int:
+    """The Hydra task: the spec checked whole and the output folder before any record is read, then ``write``."""
+    if why := required_error(cfg, ("results_dir", "out_dir")):
+        print(f"error: {why}", file=sys.stderr)
         return 2
-    spec = Path(args.get("spec") or CONF_DIR / "claims.yaml")
+    spec = Path(cfg.spec or CONF_DIR / "claims.yaml")
     if not spec.is_file():
         print(f"error: spec={spec} is not a file", file=sys.stderr)
         return 2
@@ -202,7 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     except ClaimsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+    if why := out_dir_error(cfg.out_dir):  # a file, read-only, a name too long: before any work
         print(f"error: {why}", file=sys.stderr)
         return 2
-    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), spec)
+    return run_writer(write, Path(cfg.results_dir), Path(cfg.out_dir), spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pspo_repro.claims results_dir=... out_dir=... [spec=...]`` (a Hydra app: ``cli.run_command``);
+    returns the exit code."""
+    return run_command("claims_command", _task, argv, structured=True, exit_on_error=False)

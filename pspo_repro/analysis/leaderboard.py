@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from hydra.core.config_store import ConfigStore
 
 from pspo_repro.analysis import run_records
 from pspo_repro.analysis.claims_spec import ClaimsError
@@ -60,7 +61,7 @@ from pspo_repro.analysis.results_io import prompt_values
 from pspo_repro.analysis.run_stats import StepNorms, mean_finite, rows_stats, step_norms
 from pspo_repro.analysis.stats import CLIPPED, Interval, clip_interval, holm, paired_comparison, t_interval
 from pspo_repro.common.atomic import write_set
-from pspo_repro.common.cli import USAGE_EXIT, parse_key_values
+from pspo_repro.common.cli import USAGE_EXIT, required_error, run_command
 from pspo_repro.common.output_dirs import out_dir_error
 from pspo_repro.common.redact import redact, redact_files
 
@@ -582,30 +583,40 @@ def write(
     return paths
 
 
-KEYS = ("results_dir", "out_dir", "tag", "offpolicy_tag", "reference", "alpha")
+@dataclass
+class LeaderboardCommand:
+    """The ``leaderboard`` command's settings (a schema in Hydra's ConfigStore; each value text, as typed)."""
+
+    results_dir: str | None = None
+    out_dir: str | None = None
+    tag: str = ""
+    offpolicy_tag: str | None = None
+    reference: str = "clip"
+    alpha: str = "0.05"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pspo_repro.leaderboard results_dir=... out_dir=... [tag=] [offpolicy_tag=] [reference=clip]
-    [alpha=0.05]``; returns the exit code: 2 for a bad argument (a misspelt reference included), 1 for bad or
-    missing records, each one ``error:`` line."""
-    args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
-    if isinstance(args, str):
-        print(f"error: {args}", file=sys.stderr)
-        return 2
-    try:
-        alpha = float(args.get("alpha") or 0.05)
-    except ValueError:
-        alpha = math.nan
-    if not 0 < alpha < 1:
-        print(f"error: alpha={args.get('alpha')!r} must be a number in (0, 1)", file=sys.stderr)
-        return 2
-    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+ConfigStore.instance().store(name="leaderboard_command", node=LeaderboardCommand)
+
+
+def _task(cfg: Any) -> int:
+    """The Hydra task: 2 for a bad argument (a misspelt reference included), 1 for bad or missing records, each
+    one ``error:`` line."""
+    if why := required_error(cfg, ("results_dir", "out_dir")):
         print(f"error: {why}", file=sys.stderr)
         return 2
     try:
-        paths = write(Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag") or "",
-                      args.get("offpolicy_tag") or None, args.get("reference") or "clip", alpha)  # fmt: skip
+        alpha = float(cfg.alpha or 0.05)
+    except ValueError:
+        alpha = math.nan
+    if not 0 < alpha < 1:
+        print(f"error: alpha={cfg.alpha!r} must be a number in (0, 1)", file=sys.stderr)
+        return 2
+    if why := out_dir_error(cfg.out_dir):  # a file, read-only, a name too long: before any work
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    try:
+        paths = write(Path(cfg.results_dir), Path(cfg.out_dir), cfg.tag or "", cfg.offpolicy_tag or None,
+                      cfg.reference or "clip", alpha)  # fmt: skip
     except UnknownReference as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -618,3 +629,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         print(f"wrote {path}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pspo_repro.leaderboard results_dir=... out_dir=... [tag=] [offpolicy_tag=] [reference=clip]
+    [alpha=0.05]`` (a Hydra app: ``cli.run_command``); returns the exit code."""
+    return run_command("leaderboard_command", _task, argv, structured=True, exit_on_error=False)

@@ -30,15 +30,18 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from hydra.core.config_store import ConfigStore
 
 from pspo_repro.analysis.results_io import checked_metrics
 from pspo_repro.analysis.run_records import RunRecord, read_runs
 from pspo_repro.analysis.run_stats import COLLAPSE_RATIO, mean_finite, rows_stats
 from pspo_repro.analysis.stats import CLIPPED, Interval, clip_interval, t_interval
 from pspo_repro.common.atomic import write_set
-from pspo_repro.common.cli import parse_key_values, run_writer
+from pspo_repro.common.cli import required_error, run_command, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
 from pspo_repro.common.redact import redact_files
 from pspo_repro.common.safe_paths import check_name
@@ -206,22 +209,36 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     return paths
 
 
-KEYS = ("results_dir", "out_dir", "tag", "name")
+@dataclass
+class RegimeCommand:
+    """The ``regime`` command's settings (a schema in Hydra's ConfigStore; each value text, as typed)."""
+
+    results_dir: str | None = None
+    out_dir: str | None = None
+    tag: str = ""
+    name: str = "regime"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pspo_repro.regime results_dir=... out_dir=... [tag=...] [name=...]``; returns the exit code."""
-    args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
-    if isinstance(args, str):
-        print(f"error: {args}", file=sys.stderr)
+ConfigStore.instance().store(name="regime_command", node=RegimeCommand)
+
+
+def _task(cfg: Any) -> int:
+    """The Hydra task: the settings checked before anything is read or written, then ``write``."""
+    if why := required_error(cfg, ("results_dir", "out_dir")):
+        print(f"error: {why}", file=sys.stderr)
         return 2
     try:
-        check_name("name", args.get("name") or "regime")
+        check_name("name", cfg.name or "regime")
     except ValueError as exc:  # before anything is read or written
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+    if why := out_dir_error(cfg.out_dir):  # a file, read-only, a name too long: before any work
         print(f"error: {why}", file=sys.stderr)
         return 2
-    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag", ""),
-                      args.get("name") or "regime")  # fmt: skip
+    return run_writer(write, Path(cfg.results_dir), Path(cfg.out_dir), cfg.tag or "", cfg.name or "regime")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pspo_repro.regime results_dir=... out_dir=... [tag=...] [name=...]`` (a Hydra app:
+    ``cli.run_command``); returns the exit code."""
+    return run_command("regime_command", _task, argv, structured=True, exit_on_error=False)

@@ -16,7 +16,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,32 +393,27 @@ def print_table(results: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- CLI
 
 
-def _hydra_main() -> None:
-    import hydra
+def _task(cfg: Any) -> None:
+    """The Hydra task: the sweep, its bad input as one line (exit 2)."""
+    from omegaconf.errors import OmegaConfBaseException
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
-    def _run(cfg: Any) -> None:
-        from omegaconf.errors import OmegaConfBaseException
+    from pspo_repro.common.cli import fail, first_line
 
-        from pspo_repro.common.cli import fail, first_line
+    try:
+        evaluate(cfg)
+    except (EvalError, DataError) as exc:
+        fail(str(exc))
+    except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
+    except OSError as exc:
+        import errno
 
-        try:
-            evaluate(cfg)
-        except (EvalError, DataError) as exc:
-            fail(str(exc))
-        except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
-            fail(f"bad config value: {first_line(exc)}")
-        except OSError as exc:
-            import errno
-
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
-                raise
-            # A read-only or full results folder: one line naming what could not be written.
-            fail(
-                f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
-            )
-
-    _run()
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            raise
+        # A read-only or full results folder: one line naming what could not be written.
+        fail(
+            f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+        )
 
 
 def rewrite_overrides(argv: list[str]) -> list[str]:
@@ -443,20 +437,20 @@ def compose_config(overrides: list[str]) -> Any:
     return compose_in(CONF_DIR, "evaluate", rewrite_overrides(overrides))
 
 
-def main() -> None:
-    """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``."""
-    from pspo_repro.common.cli import fail, precheck_overrides
+def _checked_argv(argv: list[str]) -> list[str]:
+    """An unknown ``eval=<name>`` refused before Hydra (its error spans lines), then ``rewrite_overrides``."""
+    from pspo_repro.common.cli import UsageError
 
     try:
-        _precheck_argv(sys.argv[1:])
+        _precheck_argv(argv)
     except EvalError as exc:
-        fail(str(exc))
-    from pspo_repro.common.paths import absolutize_args
+        raise UsageError(str(exc)) from None
+    return rewrite_overrides(argv)
 
-    sys.argv = [sys.argv[0], *absolutize_args(rewrite_overrides(sys.argv[1:]))]
-    precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
-    from pspo_repro.common.output_dirs import env_folders_problem
 
-    if why := env_folders_problem("eval"):  # before any model loads or cell is started
-        fail(why)
-    _hydra_main()
+def main() -> int:
+    """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``: ``cli.run_command``
+    (bad input in one line before any model loads or cell is started), then Hydra."""
+    from pspo_repro.common.cli import run_command
+
+    return run_command("evaluate", _task, prepare=_checked_argv, output_folders="eval")

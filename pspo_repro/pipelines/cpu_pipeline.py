@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
 from pspo_repro.common.atomic import write_json
-from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.common.cli import run_command
 from pspo_repro.pipelines import committed_copy, warm_start
 from pspo_repro.pipelines.jobs import StageError, child_env
 from pspo_repro.pipelines.markers import (
@@ -164,16 +163,17 @@ def summary(root: Path, timings: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="mini", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: ``python -m pspo_repro.mini [key=value ...]``."""
-    import signal
-
-    # SIGTERM (a `kill`, a scheduler) unwinds like Ctrl-C, so run_jobs stops its own children.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def _task(cfg: DictConfig) -> None:
+    """The Hydra task: the pipeline, then where everything is."""
     try:
         timings = run_pipeline(cfg)
     except StageError as exc:  # bad settings (nothing ran or moved): 2, as every command; a failed stage: 1
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2 if isinstance(exc, SettingsError) else 1)
     print(summary(pipeline_root(cfg), timings), flush=True)
+
+
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.mini [--config-name study|leaderboard|scale_rung] [key=value ...]``:
+    ``cli.run_command`` (SIGTERM unwinds like Ctrl-C, so ``run_jobs`` stops its own children), then Hydra."""
+    return run_command("mini", _task, stop_on_sigterm=True)

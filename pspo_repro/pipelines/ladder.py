@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
+from pspo_repro.common.cli import run_command
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.pipelines.markers import read_record
@@ -202,12 +202,8 @@ def agreement_lines(root: Path, ladder: list[Base], ran: set[str] | None = None)
     return lines
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="scale", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: ``python -m pspo_repro.scale [key=value ...]``."""
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def _task(cfg: DictConfig) -> None:
+    """The Hydra task: every rung, the ladder's table, then the times and the table."""
     try:
         timings = run_ladder(cfg)
     except ScaleError as exc:
@@ -236,3 +232,9 @@ def main(cfg: DictConfig) -> None:
     table = root / "scale.md"
     if table.is_file():
         print("\n" + table.read_text(), flush=True)
+
+
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.scale [key=value ...]``: ``cli.run_command`` (SIGTERM unwinds like
+    Ctrl-C), then Hydra."""
+    return run_command("scale", _task, stop_on_sigterm=True)

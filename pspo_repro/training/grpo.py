@@ -15,7 +15,6 @@ import errno
 import fcntl
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pspo_repro.common.cli import UsageError, fail, first_line
-from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.common.cli import UsageError, fail, first_line, run_command
 from pspo_repro.common.provenance import git_sha, package_versions
 from pspo_repro.common.run_dir import (
     identity_config,
@@ -630,22 +628,13 @@ def _task(cfg: DictConfig) -> None:
         )
 
 
-def main() -> None:
-    """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups/keys, then Hydra."""
-    from pspo_repro.common.paths import absolutize_args
+def _checked_groups(argv: list[str]) -> list[str]:
+    """``argv`` once its ``group=choice`` names are known ones (UsageError listing the options otherwise)."""
+    check_group_choices(argv)
+    return argv
 
-    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # model.path=../w: the folder the user meant
-    try:
-        check_group_choices(sys.argv[1:])
-    except UsageError as exc:
-        fail(str(exc))
-    from pspo_repro.common.cli import precheck_overrides
 
-    precheck_overrides(CONF_DIR, "train", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
-    from pspo_repro.common.output_dirs import env_folders_problem
-
-    if why := env_folders_problem("runs"):  # before Hydra makes its log folder or a run folder is made
-        fail(why)
-    import hydra
-
-    hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(_task)()
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups, keys and output folders
+    (``cli.run_command``: before Hydra makes its log folder or a run folder is made), then Hydra."""
+    return run_command("train", _task, prepare=_checked_groups, output_folders="runs")

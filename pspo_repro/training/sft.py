@@ -21,16 +21,14 @@ import logging
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
-from pspo_repro.common.paths import CONF_DIR, results_dir
+from pspo_repro.common.paths import results_dir
 from pspo_repro.common.provenance import git_sha, package_versions
 from pspo_repro.common.startup import SFT_STACK, import_frozen
 
@@ -397,16 +395,15 @@ def _save_checkpoint(trainer, tokenizer, out_dir: Path, work: Path) -> Path:
     return model_dir
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
-def _hydra_main(cfg: DictConfig) -> None:
+def _task(cfg: DictConfig) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run_sft(cfg)
 
 
-def main() -> None:
-    """Entry point of ``python -m pspo_repro.sft [key=value ...]``: Hydra's own folder is checked first
-    (``cli.precheck_hydra_dirs``: no name may steer it), then Hydra runs ``run_sft``."""
-    from pspo_repro.common.cli import precheck_hydra_dirs
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.sft [key=value ...]``: ``cli.run_command`` with Hydra's own folder
+    checked first (no name may steer it; the pipeline's overrides are composed by Hydra once, not twice), then
+    Hydra runs ``run_sft``."""
+    from pspo_repro.common.cli import run_command
 
-    precheck_hydra_dirs(CONF_DIR, "sft", sys.argv[1:])
-    _hydra_main()
+    return run_command("sft", _task, compose_check=False)
