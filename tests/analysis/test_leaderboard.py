@@ -10,7 +10,7 @@ import math
 import pytest
 import scipy.stats
 
-from pspo_repro.analysis import knobs, leaderboard
+from pspo_repro.analysis import knobs, leaderboard, leaderboard_rows
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.methods import registry
@@ -319,15 +319,17 @@ def test_shared_keys_are_the_registrys_reserved_keys():
 
 def test_choose_reference_states_each_case():
     rows = [{"method": "x", "collapsed": 0, "n_seeds": 3}, {"method": "clip", "collapsed": 1, "n_seeds": 3}]
-    assert leaderboard.choose_reference(rows, "x") == (
+    assert leaderboard_rows.choose_reference(rows, "x") == (
         "x",
         "the reference is x (given; none of its seeds collapsed here)",
     )
-    ref, note = leaderboard.choose_reference(rows, "clip")
+    ref, note = leaderboard_rows.choose_reference(rows, "clip")
     assert (
         ref == "x"
         and note.startswith("clip collapsed here (1 of 3 seeds), so the reference is")
         and "(not the given clip)" in note
     )
-    ref, note = leaderboard.choose_reference(rows[1:] + rows[:1], "y")  # y: a method of another regime only
+    ref, note = leaderboard_rows.choose_reference(
+        rows[1:] + rows[:1], "y"
+    )  # y: a method of another regime only
     assert ref == "clip" and note.startswith("y has no evaluation cells here, so")
