@@ -29,6 +29,7 @@ from pspo_repro.analysis.results_io import (
     run_dirs,
 )
 from pspo_repro.analysis.stats import check_ci_method
+from pspo_repro.analysis.table_formats import to_frame, to_latex, to_markdown
 from pspo_repro.analysis.tables import (
     Names,
     Table,
@@ -38,9 +39,6 @@ from pspo_repro.analysis.tables import (
     main_table,
     seed_counts,
     temperature_table,
-    to_frame,
-    to_latex,
-    to_markdown,
     wilson_refusal,
 )
 from pspo_repro.analysis.units import unit_of
