@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.cli import UsageError, check_number
 from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.training import trainer_schema
 
 # Config groups a user picks by name on the command line (group=choice).
 CHOICE_GROUPS = (
@@ -187,14 +188,7 @@ def warn_reward_data(cfg: DictConfig, funcs: list[str]) -> None:
 # that string or number, which ``bool()`` reads as true: only true and false are accepted.
 BOOL_KEYS = (
     "dry_run",
-    "trainer.eval_on_start",
-    "trainer.mask_truncated_completions",
-    "trainer.gradient_checkpointing",
-    "trainer.log_completions",
-    "trainer.disable_tqdm",
-    "trainer.use_vllm",
-    "trainer.vllm_importance_sampling_correction",
-    "trainer.skip_nonfinite",
+    *(f"trainer.{k}" for k in trainer_schema.flags()),
     "model.random_init",
     "model.trust_remote_code",
 )
@@ -233,30 +227,10 @@ def validate_trainer(cfg: DictConfig) -> None:
 
     t = cfg.trainer
     check_number("seed", cfg.get("seed"), int, low=0, high=2**32 - 1)  # numpy's and torch's seed range
-    check_number("trainer.learning_rate", t.learning_rate, low=0, low_open=True)
-    check_number("trainer.temperature", t.temperature, low=0, low_open=True)
-    check_number("trainer.top_p", t.top_p, low=0, high=1, low_open=True)
-    check_number("trainer.beta", t.beta, low=0)
-    check_number("trainer.num_generations", t.num_generations, int, low=2)  # group advantages need G >= 2
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length"):
-        check_number(f"trainer.{key}", t[key], int, low=1)
-    for key in ("max_prompt_length", "eval_steps", "steps_per_generation", "per_device_eval_batch_size"):
-        check_number(f"trainer.{key}", t.get(key), int, low=1, null=True)
-    check_number("trainer.save_steps", t.save_steps, int, low=1)
-    check_number("trainer.token_budget", t.token_budget, int, low=1, null=True)
-    check_number(
-        "trainer.max_steps", t.get("max_steps"), int, low=-1, null=True
-    )  # <= 0: num_train_epochs decides
-    check_number("trainer.num_train_epochs", t.get("num_train_epochs"), low=0, null=True)
-    check_number("trainer.warmup_steps", t.get("warmup_steps", 0), int, low=0)
-    check_number("trainer.weight_decay", t.get("weight_decay", 0.0), low=0)
-    # 0 turns norm clipping off (HF); null is refused: HF compares it with 0 at the first optimizer step.
-    check_number("trainer.max_grad_norm", t.get("max_grad_norm"), low=0)
-    check_number("trainer.logging_steps", t.get("logging_steps", 1), int, low=1)
-    for key in ("eval_limit", "stop_after_step", "save_total_limit", "num_generations_eval"):
-        check_number(f"trainer.{key}", t.get(key), int, low=1, null=True)
-    check_number("trainer.vllm_gpu_memory_utilization", t.get("vllm_gpu_memory_utilization", 0.3), low=0, high=1,
-         low_open=True)  # fmt: skip
+    for key, m in trainer_schema.numbers():  # each number's range, declared once (training.trainer_schema)
+        if key in t:
+            check_number(f"trainer.{key}", t.get(key), m["kind"], low=m["low"], high=m["high"],
+                         low_open=m["low_open"], null=m["null"])  # fmt: skip
     check_number("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
     check_number("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
     if t.get("scale_rewards", "group") not in SCALE_REWARDS:
