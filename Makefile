@@ -50,15 +50,15 @@ lint: env
 mini: env
 	$(PY) -m pspo_repro.mini $(MINI_ARGS)
 
-# The claims study (conf/study.yaml; results/study/claims.md: each claim of the paper, its toy experiment,
+# The claims study (conf/pipeline/study.yaml; results/study/claims.md: each claim of the paper, its toy experiment,
 # numbers and verdict): the same pipeline, a larger grid, ~49 minutes on 2 cores. Extra: STUDY_ARGS='...'.
 study: env
-	$(PY) -m pspo_repro.mini --config-name study $(STUDY_ARGS)
+	$(PY) -m pspo_repro.mini pipeline=study $(STUDY_ARGS)
 
-# The policy-loss leaderboard (conf/leaderboard.yaml; results/leaderboard/leaderboard.md): every registered
+# The policy-loss leaderboard (conf/pipeline/leaderboard.yaml; results/leaderboard/leaderboard.md): every registered
 # method x 3 seeds in the learning and the stale-mini-batch regime, one token budget. Extra: LEADERBOARD_ARGS='...'.
 leaderboard: env
-	$(PY) -m pspo_repro.mini --config-name leaderboard $(LEADERBOARD_ARGS)
+	$(PY) -m pspo_repro.mini pipeline=leaderboard $(LEADERBOARD_ARGS)
 
 # The model-size ladder (conf/scale.yaml; results/scale/scale.md: the headline claims at three model sizes and
 # claim 13 by its rule; docs/scale.md): one mini pipeline per rung, then the ladder's table. Extra: SCALE_ARGS='...'

@@ -5,7 +5,7 @@ the intervals support.
 [reference=clip] [alpha=0.05]``
 
 Reads the evaluation cells and training runs under ``results_dir`` (``make leaderboard`` writes them:
-conf/leaderboard.yaml) and writes ``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png`` into
+conf/pipeline/leaderboard.yaml) and writes ``leaderboard.md``, ``leaderboard.csv`` and ``leaderboard.png`` into
 ``out_dir``. One table per regime: the runs tagged ``tag`` (the learning regime, untagged by default) and,
 when given, those tagged ``offpolicy_tag`` (rollout reuse). Per method, every number from the records:
 

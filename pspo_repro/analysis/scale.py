@@ -70,10 +70,10 @@ class Rung:
 
 def sft_mix(sft: dict[str, Any]) -> tuple[int, int]:
     """(rewarded-family rows, held-out-skill rows) a base was SFT'ed on: its ``sft`` overrides over the counts the
-    rung pipeline passes (conf/mini.yaml's data sizes, ``pipelines.grid.sft_cmd``)."""
+    rung pipeline passes (conf/pipeline/mini.yaml's data sizes, ``pipelines.grid.sft_cmd``)."""
     from omegaconf import OmegaConf
 
-    data = OmegaConf.load(CONF_DIR / "mini.yaml").data
+    data = OmegaConf.load(CONF_DIR / "pipeline" / "mini.yaml").data
     return (int(sft.get("data.n_train", data.sizes.train)),
             int(sft.get("data.heldout_n_train", (data.get("heldout_sizes") or {}).get("train", 0))))  # fmt: skip
 

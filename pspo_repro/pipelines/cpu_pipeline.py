@@ -1,6 +1,7 @@
-"""Every CPU pipeline, end to end: ``python -m pspo_repro.mini`` runs the one its config names (conf/mini.yaml:
-``make mini``; conf/study.yaml: ``make study``; conf/leaderboard.yaml: ``make leaderboard``; conf/scale_rung.yaml:
-each rung of ``make scale``).
+"""Every CPU pipeline, end to end: ``python -m pspo_repro.mini [pipeline=<grid>]`` runs the grid its config names
+(the driver's settings: conf/mini.yaml; the grids: conf/pipeline/mini.yaml, ``make mini``; study.yaml, ``make
+study``; leaderboard.yaml, ``make leaderboard``; ``--config-name scale_rung``, conf/scale_rung.yaml: each rung
+of ``make scale``).
 
 Stages, each through the project's own entry points so the mini run exercises the GPU grid's code paths:
 
@@ -174,6 +175,6 @@ def _task(cfg: DictConfig) -> None:
 
 
 def main() -> int:
-    """Entry point of ``python -m pspo_repro.mini [--config-name study|leaderboard|scale_rung] [key=value ...]``:
+    """Entry point of ``python -m pspo_repro.mini [pipeline=study|leaderboard] [key=value ...]``:
     ``cli.run_command`` (SIGTERM unwinds like Ctrl-C, so ``run_jobs`` stops its own children), then Hydra."""
     return run_command("mini", _task, stop_on_sigterm=True)

@@ -126,7 +126,7 @@ def test_bad_arguments_write_nothing(tmp_path, capsys, argv, code, needle):
 
 
 def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch):
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard"])
     runs = grid.rl_runs(cfg)
     names = registry.list_methods()
     assert len(names) >= 19 and list(cfg.eval.methods) == names
@@ -139,7 +139,7 @@ def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch)
         raise AssertionError
 
     monkeypatch.setitem(registry._REGISTRY, "zz_toy", registry.MethodSpec("zz_toy", toy, {"scale": 1.0}, ()))
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard"])
     assert "zz_toy" in cfg.eval.methods
     assert {(m, t) for m, t, _ in grid.rl_runs(cfg) if m == "zz_toy"} == {("zz_toy", ""), ("zz_toy", STALE)}
 

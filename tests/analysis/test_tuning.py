@@ -105,8 +105,8 @@ def test_best_validation_ignores_non_finite(tmp_path):
 
 
 def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
-    """conf/study.yaml: the tuned groups wait for their sweeps, then run each method at its own choice."""
-    cfg = compose_config(PROJECT_ROOT / "conf", "study", [f"root={tmp_path}"])
+    """conf/pipeline/study.yaml: the tuned groups wait for their sweeps, then run each method at its own choice."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study", f"root={tmp_path}"])
     runs = tmp_path / "runs" / "mini_sft"
     best = {"clip": "1e-3", "pspo": "3e-4", "noclip": "1e-4"}
     for method, pick in best.items():
@@ -142,8 +142,8 @@ def test_reuse_committed_checks_the_recomputed_base(tmp_path, capsys):
 
 
 def test_each_tuned_point_is_ready_as_soon_as_its_own_sweep_is(tmp_path):
-    """conf/study.yaml: a tuned job joins the queue once its method's sweep has finished, not after all."""
-    cfg = compose_config(PROJECT_ROOT / "conf", "study", [f"root={tmp_path}"])
+    """conf/pipeline/study.yaml: a tuned job joins the queue once its method's sweep has finished, not after all."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study", f"root={tmp_path}"])
     runs = tmp_path / "runs" / "mini_sft"
     issued: set[str] = set()
     assert grid.ready_select_jobs(cfg, tmp_path, issued) == []

@@ -31,7 +31,7 @@ SMOKE = [
     "eval.methods=[clip,pspo]",
     "eval.tags=[]",
     "eval.overrides=['eval=synthetic','temperatures=[0.0,0.8]','n_samples=2','max_new_tokens=16','backend=hf']",
-    "eval.method_overrides=null",  # ({} would merge into conf/mini.yaml's entries, not replace them)
+    "eval.method_overrides=null",  # ({} would merge into conf/pipeline/mini.yaml's entries, not replace them)
     "aggregate.overrides=['expected_seeds=1']",
     "aggregate.ablation_tag_prefix=alpha",
     "aggregate.regime.regime_offpolicy=null",  # no off-policy runs here
@@ -59,7 +59,7 @@ def test_config_composes_and_run_list():
 
 
 def test_study_config_composes():
-    cfg = compose_config(PROJECT_ROOT / "conf", "study", [])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study"])
     with pytest.raises(TuningError):  # the tuned groups need their tuning runs' validation first
         grid.rl_runs(cfg)
     runs = grid.rl_runs(cfg, unresolved=True)
@@ -87,7 +87,7 @@ def test_study_config_composes():
 
 
 def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
-    """conf/mini.yaml: the base model and the paired pair (pspo, clip) at the paper's 16 samples, the rest at 4."""
+    """conf/pipeline/mini.yaml: the base model and the paired pair (pspo, clip) at the paper's 16 samples, the rest at 4."""
     cfg = _compose([f"root={tmp_path}"])
     for m, t, s in grid.rl_runs(cfg):
         folder = grid.run_dir_of(tmp_path, m, t, s)
@@ -233,7 +233,7 @@ def test_leaderboard_smoke_end_to_end(tmp_path):
         # subject is the leaderboard (the mini's two at once are test_reduced_pipeline_end_to_end's).
         "parallel=1",
     ]
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", overrides)
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard", *overrides])
     cpu_pipeline.run_pipeline(cfg)
     for method in ("clip", "pspo"):
         info = json.loads((grid.run_dir_of(root, method, stale, 0) / "run.json").read_text())
@@ -431,7 +431,7 @@ def test_tagged_runs_get_their_own_eval_settings(tmp_path):
 
 def test_claims_job_only_when_configured(tmp_path):
     assert grid.claims_cmds(_compose([]), tmp_path) == []
-    (job,) = grid.claims_cmds(compose_config(PROJECT_ROOT / "conf", "study", []), tmp_path)
+    (job,) = grid.claims_cmds(compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study"]), tmp_path)
     assert (
         job.cmd[2] == "pspo_repro.claims" and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims.yaml'}"
     )
