@@ -81,8 +81,8 @@ class Records:
     selected: dict[tuple[str, str, str], Selection] = field(default_factory=dict)
     records: dict[str, RunRecord] = field(default_factory=dict)  # run_dir -> the run as the reader read it
     # (method, tag, dataset, metric) -> its rows of ``evals``, in their order: built on the first ``cells``
-    # call. A claims table or leaderboard asks ~1,000 times; a mask over the whole long table each time
-    # was ~2.9 ms a call.
+    # call. A claims table or leaderboard asks about a thousand times, and a mask over the whole long table
+    # each time was most of its cost.
     _groups: dict[tuple, pd.DataFrame] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

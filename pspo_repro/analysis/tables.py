@@ -195,9 +195,9 @@ def cell_intervals(
     if long.empty:
         return {}
     # Positions of each group in a frame sorted by seed, read as arrays: building a DataFrame per group (pandas'
-    # groupby iteration) was half of this function's time on small tables, and pandas' groupby ``indices``
-    # ~1.3 ms a call on a metric's few hundred rows against ~0.1 ms for a dict over the key columns (the
-    # tables call this once per metric and interval kind). Rows with a missing key are dropped, as groupby does.
+    # groupby iteration) and pandas' groupby ``indices`` cost far more than a dict over the key columns on a
+    # metric's few hundred rows (the tables call this once per metric and interval kind). Rows with a missing
+    # key are dropped, as groupby does.
     ordered = long.sort_values("seed", kind="stable")
     grouped: dict[tuple, list[int]] = {}
     for pos, key in enumerate(zip(*(ordered[k].tolist() for k in GROUP_KEYS), strict=True)):

@@ -29,7 +29,7 @@ MODEL_NAME = "mini_sft"  # conf/model/mini_sft.yaml: the run folders' model comp
 def registered_methods() -> list[str]:
     """Every method of the registry, sorted: ``${registered_methods:}`` in a pipeline config (the leaderboard's
     grid), so a method added to the registry (docs/adding_a_method.md) joins the next run with no other edit.
-    Imported here, where a config asks: the registry imports torch (~1.3 CPU s), which the pipeline's driver
+    Imported here, where a config asks: the registry imports torch, which the pipeline's driver
     does not otherwise need (its jobs do), nor a bad setting's one-line refusal."""
     from pspo_repro.methods.registry import list_methods
 

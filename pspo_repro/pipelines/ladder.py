@@ -115,8 +115,8 @@ def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
 
 def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     """Every rung's pipeline in order (each resumes itself), then the ladder's table; returns the timings."""
-    # The table's and the precision check's imports (pandas, scipy, torch: ~2.5 CPU s) wait until the settings
-    # have been checked: a bad one is refused at once.
+    # The table's and the precision check's imports (pandas, scipy, torch) wait until the settings have been
+    # checked: a bad one is refused at once.
     if not isinstance(cfg.get("reuse_committed"), bool):
         raise ScaleError(f"reuse_committed must be true or false, got {cfg.get('reuse_committed')!r}")
     if not (CONF_DIR / f"{cfg.rung_config}.yaml").is_file():

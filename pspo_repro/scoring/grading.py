@@ -45,8 +45,8 @@ from pspo_repro.scoring.numbers import (
     parse_number,
 )
 
-# Per-item bound on a math-verify parse+verify (seconds). Typical cost is ~0.3 ms; rare symbolic
-# comparisons take ~100 ms; pathological inputs can take far longer, hence a bound.
+# Per-item bound on a math-verify parse+verify (seconds): a typical item is far below it, a rare symbolic
+# comparison takes longer, and a pathological input can take unboundedly long, hence a bound.
 MATH_VERIFY_TIMEOUT_S = 5.0
 # Upper bound on candidate spans tried by true_correct for LaTeX golds, so a long response cannot
 # cost thousands of math-verify calls.

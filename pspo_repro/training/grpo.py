@@ -254,9 +254,9 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     if overrides is None:
         overrides = _hydra_overrides()
     plan = _plan_run(cfg, overrides)
-    # A finished run is reported before the tokenizer and TRL load: rerunning a finished grid costs each job
-    # ~3 CPU s instead of ~6. A finished run.json is final, so it is safe to read without the lock; a run in
-    # any other state is read again under the lock below.
+    # A finished run is reported before the tokenizer and TRL load, so rerunning a finished grid costs each
+    # job only the interpreter and the settings checks. A finished run.json is final, so it is safe to read
+    # without the lock; a run in any other state is read again under the lock below.
     if _finished_already(plan, plan.run.read()):
         return plan.folder
     prepared = None

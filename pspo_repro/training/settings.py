@@ -100,8 +100,8 @@ def import_plugins(modules) -> None:
 def validate(cfg: DictConfig):
     """Check everything that can be checked without a model; returns the parsed method config."""
     import_plugins(cfg.get("plugins") or [])
-    # The settings' own ranges first: they need no torch, which the method registry imports (~2 s), so a
-    # mistyped seed or step count is reported at once.
+    # The settings' own ranges first: they need no torch, which the method registry imports, so a mistyped
+    # seed or step count is reported at once.
     validate_trainer(cfg)
     validate_flags(cfg)
     from pspo_repro.methods import list_methods, parse_method_config
