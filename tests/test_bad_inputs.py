@@ -477,6 +477,11 @@ CASES = [
     ("train-K-0", "train", ["model=tiny", "method=dppo_topk_tv", "method.topk=0"], None, None, ["topk=0", "integer >= 1"]),
     ("train-num-iterations-0", "train", ["model=tiny", "method.num_iterations=0"], None, None, ["num_iterations=0", "integer >= 1"]),
     ("train-alpha-text", "train", ["model=tiny", "method.alpha=abc"], None, None, ["alpha='abc'", "[0, 1]"]),
+    # --- train: two method values that must agree (issue 59), and a rollout correction that is no mode
+    ("train-bapo-lower-start-above-max", "train", ["model=tiny", "method=bapo", "method.ratio_lower_start=0.95"], None, None, ["ratio_lower_start=0.95 is above ratio_lower_max=0.9", "allowed: ratio_lower_start <= ratio_lower_max"]),
+    ("train-bapo-upper-start-above-max", "train", ["model=tiny", "method=bapo", "method.ratio_upper_start=3.5"], None, None, ["ratio_upper_start=3.5 is above ratio_upper_max=3.0", "allowed: ratio_upper_start <= ratio_upper_max"]),
+    ("train-erc-empty-band", "train", ["model=tiny", "method=erc", "method.entropy_ratio_low=1.05"], None, None, ["entropy_ratio_low=1.05 is not below entropy_ratio_high=1.05", "allowed: entropy_ratio_low < entropy_ratio_high"]),
+    ("train-rollout-correction-number", "train", ["model=tiny", "method.rollout_correction=5"], None, None, ["method.rollout_correction=5 is invalid", "allowed: none, a mode or a list of modes"]),
     ("train-save-steps", "train", ["model=tiny", "trainer.save_steps=3"], None, None, ["save_steps=3", "must equal trainer.eval_steps"]),
     ("train-temperature-negative", "train", ["model=tiny", "trainer.temperature=-1"], None, None, ["trainer.temperature", "(0, inf)", "-1"]),
     ("train-temperature-text", "train", ["model=tiny", "trainer.temperature=abc"], None, None, ["trainer.temperature", "'abc'"]),

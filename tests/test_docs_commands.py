@@ -145,7 +145,9 @@ def test_train_help_and_cfg_job(tmp_path):
         FAST_TIMEOUT_S,
     )
     groups = dict(re.findall(r"^(\w+): (.+)$", helped.stdout.split("== Config ==")[0], re.M))
-    assert {"pspo", "clip", "noclip"} <= set(groups["method"].split(", ")), helped.stdout[:2000]
+    assert {"pspo", "clip", "noclip", "kimi15", "kimi_k25"} <= set(groups["method"].split(", ")), (
+        helped.stdout[:2000]
+    )
     assert "tiny" in groups["model"].split(", ")
     cfg = yaml.safe_load(job.stdout)
     assert cfg["method"]["name"] == "sapo" and cfg["dry_run"] is False and "trainer" in cfg

@@ -35,6 +35,8 @@ INFRA_TRAINER_KEYS = frozenset(
         "save_steps",
         "log_update_norm",  # a logged statistic, not what is learned
         "logprob_head",  # the same log-probs computed another way (to float rounding)
+        "old_logps",  # the same old log-probs from another pass (bit for bit on CPU)
+        "validation_loss",  # a logged statistic of validation, not what is learned
         "skip_nonfinite",  # how a failure is handled: switching it on to get past a NaN reopens the run
         "vllm_server_host",  # where the generation server listens, not what is learned
         "vllm_server_port",

@@ -138,12 +138,18 @@ def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# Header keys a cell carries only when they are not the default, so that older cells stay valid; a reuse check
+# compares them both ways (absent on both, or equal).
+OPTIONAL_HEADER_KEYS = ("source", "numerics")
+
+
 def cell_header(identity: dict[str, Any], dataset: str, problems: list[Problem], temperature: float,
                 settings: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """Settings a cell's samples depend on: a partial shard or final file must match them to be reused.
     ``identity``: model, method, seed, tag and checkpoint; ``settings``: split, limit, top_p, top_k,
-    max_new_tokens, n_samples (per prompt at T > 0), sampling_seed, prompt_template, backend and, only for a
-    cell read from a named source, ``source``."""
+    max_new_tokens, n_samples (per prompt at T > 0), sampling_seed, prompt_template, backend and the optional
+    keys (``OPTIONAL_HEADER_KEYS``), recorded only when set: ``source`` for a cell read from a named source,
+    ``numerics`` for a cell of other numerics than its backend's default."""
     return {
         "schema_version": SCHEMA_VERSION,
         "grader": grader_version(problems),
@@ -157,7 +163,7 @@ def cell_header(identity: dict[str, Any], dataset: str, problems: list[Problem],
         **{k: settings[k] for k in ("top_p", "top_k", "max_new_tokens")},
         "n_samples": n_for(temperature, settings["n_samples"]),
         **{k: settings[k] for k in ("sampling_seed", "prompt_template", "backend")},
-        **({"source": settings["source"]} if settings.get("source") else {}),
+        **{k: settings[k] for k in OPTIONAL_HEADER_KEYS if settings.get(k)},
     }
 
 
@@ -182,7 +188,8 @@ def final_matches(path: Path, header: dict[str, Any]) -> bool:
         ) from None
     if not isinstance(existing, dict):
         raise CellError(f"{path}: not a result file (a JSON {type(existing).__name__}); delete it")
-    differing = [k for k, v in header.items() if existing.get(k) != v]
+    keys = [*header, *(k for k in OPTIONAL_HEADER_KEYS if k not in header)]
+    differing = [k for k in keys if existing.get(k) != header.get(k)]
     if differing:
         raise CellError(
             f"{path} exists with different settings ({', '.join(differing)}); delete it or evaluate under another tag"

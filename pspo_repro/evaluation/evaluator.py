@@ -35,6 +35,7 @@ from pspo_repro.evaluation import cells, metrics
 from pspo_repro.evaluation.settings import (  # the settings checks: their own module, read in one place
     EvalError,
     _precheck_argv,
+    numerics_of,
     sources_of,
     validate,
 )
@@ -144,6 +145,8 @@ def _header(
         "backend": backend,
         # Only a cell read from a named source records it (cells of the default sources keep their keys).
         "source": sources_of(cfg).get(dataset),
+        # Only a cell of other numerics than the backend's default records them (older cells stay valid).
+        "numerics": numerics_of(cfg) if backend == "hf" else None,
     }
     identity = {"model": target.model, "method": target.method, "seed": target.seed, "tag": target.tag,
                 "checkpoint": target.checkpoint}  # fmt: skip
@@ -284,7 +287,11 @@ def _run_cells(pending, problems_by_ds, cfg, target, backend_name, encoded) -> N
             seed=int(cfg.sampling_seed),
             batch_size=int(cfg.batch_size),
             device=str(cfg.device),
-            **OmegaConf.to_container(cfg.vllm, resolve=True),
+            # the hf backend's own numerics over vllm.dtype, which it read before they existed
+            **{
+                **OmegaConf.to_container(cfg.vllm, resolve=True),
+                **(numerics_of(cfg) if backend_name == "hf" else {}),
+            },
         )
         log.info("evaluating %s (%s) with the %s backend", target.checkpoint, target.method, backend.name)
         chunk_no = 0

@@ -42,6 +42,7 @@ LIMIT_WHY = {
 # Parameter dtypes both backends take (hf's table, and names vLLM reads the same way).
 EVAL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # or null: transformers' default
 
 
 def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -91,6 +92,9 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
     if max_model_len is not None and _number("vllm.max_model_len", max_model_len, int) < 1:
         raise EvalError(f"vllm.max_model_len must be a positive integer or null, got {max_model_len}")
     _check_choice("vllm.dtype", cfg.vllm.get("dtype", "auto"), EVAL_DTYPES)
+    _check_choice("dtype", cfg.get("dtype", "auto"), EVAL_DTYPES)
+    if cfg.get("attn_implementation") is not None:
+        _check_choice("attn_implementation", cfg.attn_implementation, ATTN_IMPLEMENTATIONS)
     _check_choice("device", cfg.device, DEVICES)
     if not 0 < _number("top_p", cfg.top_p) <= 1:
         raise EvalError(f"top_p must be in (0, 1], got {cfg.top_p}")
@@ -121,6 +125,17 @@ def _precheck_argv(argv: list[str]) -> None:
             if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
                 allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
                 raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
+
+
+def numerics_of(cfg: Any) -> dict[str, str]:
+    """The hf backend's ``dtype`` and ``attn_implementation`` where they are not its defaults (``auto``: bf16 on
+    CUDA, fp32 on CPU; null: transformers' attention); {} otherwise. vLLM takes its own ``vllm.dtype``."""
+    out = {}
+    if str(cfg.get("dtype", "auto")) != "auto":
+        out["dtype"] = str(cfg.dtype)
+    if cfg.get("attn_implementation"):
+        out["attn_implementation"] = str(cfg.attn_implementation)
+    return out
 
 
 def sources_of(cfg: Any) -> dict[str, str]:

@@ -18,6 +18,7 @@ import pkgutil
 from pspo_repro.methods.aggregation import AGGREGATION_MODES, aggregate
 from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
 from pspo_repro.methods.registry import (
+    METHOD_ALIASES,
     OPTIONAL_INPUTS,
     RESERVED_KEYS,
     ROLLOUT_KEYS,
@@ -25,6 +26,7 @@ from pspo_repro.methods.registry import (
     get_method,
     get_spec,
     list_methods,
+    method_aliases,
     method_extra_inputs,
     method_optional_inputs,
     parse_method_config,
@@ -41,6 +43,7 @@ for _module in pkgutil.iter_modules(__path__):
 __all__ = [
     "AGGREGATION_MODES",
     "LOG_RATIO_CLAMP",
+    "METHOD_ALIASES",
     "OPTIONAL_INPUTS",
     "RESERVED_KEYS",
     "ROLLOUT_KEYS",
@@ -50,6 +53,7 @@ __all__ = [
     "get_method",
     "get_spec",
     "list_methods",
+    "method_aliases",
     "method_extra_inputs",
     "method_optional_inputs",
     "parse_method_config",

@@ -19,6 +19,15 @@ per micro-batch in lockstep, which the collective needs. The authors' loop syncs
 on the device (one all-reduce of a [K, 2] tensor, no host sync). The candidates are the authors' sequence of
 Python floats (``min(c + step, max)`` repeated), so the chosen bounds are theirs bit for bit.
 
+The target. ``adv_ratio_target`` is the code's ``P / N`` (``BAPOPolicyLossConfig``: "ratio between positive and
+negative advantage contributions (positive / negative)", default 1.0). The paper's rho_0 (arXiv 2510.18927,
+Eq. 8 and Algorithm 1) is the positive tokens' *share* of the loss, their sum over the sum over all tokens,
+``P / (P + N)``; the README's "rho_0 = 0.5, target contribution of positive signals to the policy gradient
+loss" is therefore ``P / N = rho_0 / (1 - rho_0) = 1.0``, the value of the recipe's ``bapo_trainer.yaml`` and of
+the config's default, and that is the default here. (The example script passes its ``target_pos_ratio=0.5``
+into ``adv_ratio_target``, a ``P / N`` of 0.5, a positive share of 1/3; the paper's own runs use rho_0 = 0.4,
+``P / N = 2/3``.)
+
 Note on the code's search: it sums the clamped values, so a negative token below ``c_low`` counts at
 ``c_low``; raising ``c_low`` therefore raises ``N`` and lowers ``rho``, and when the target is not met at the
 start the search runs ``c_low`` to its maximum before ``c_high`` moves. That is the authors' code, followed here.
@@ -111,7 +120,7 @@ def bapo(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    adv_ratio_target: float = 0.5,
+    adv_ratio_target: float = 1.0,
     ratio_lower_start: float = 0.6,
     ratio_lower_max: float = 0.9,
     ratio_lower_step: float = 0.05,

@@ -38,6 +38,22 @@ from pspo_repro.methods.base import LOG_RATIO_CLAMP, Masked, MethodOutput, token
 from pspo_repro.methods.registry import register_method
 
 
+def behaviour_weight(
+    prox: torch.Tensor, old_logp: torch.Tensor, cap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, weight)``: AReaL's ``w = pi_prox / pi_behav`` (detached, in at least float32) and the weight its loss
+    applies: ``w`` where ``w <= cap`` and 0 where the token is rejected (token-level rejection sampling, action
+    "mask", ratio metric); ``cap=None`` is AReaL's ``rejection_sampling: null``, which applies no weight at all
+    (``ppo_actor_loss_fn`` multiplies by ``behave_imp_weight`` only when rejection sampling is configured): 1."""
+    # computed in at least fp32 as AReaL upcasts before subtracting (bf16 log-probs); clamping its log before exp
+    # bounds the value only (past +20 the token is rejected by any cap)
+    wide = torch.promote_types(prox.dtype, torch.float32)
+    log_w = (prox.detach().to(wide) - old_logp.detach().to(wide)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    w = torch.exp(log_w)
+    weight = torch.ones_like(w) if cap is None else torch.where(w <= cap, w, 0.0)
+    return w, weight
+
+
 @register_method("decoupled_ppo")
 def decoupled_ppo(
     logp: torch.Tensor,
@@ -45,25 +61,21 @@ def decoupled_ppo(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    behav_imp_weight_cap: float = 5.0,
+    behav_imp_weight_cap: float | None = 5.0,
 ) -> MethodOutput:
     """``-A w u`` with ``u = pi_theta / sg(pi_theta)`` (pi_prox = the policy before this optimizer step) and
     ``w = pi_prox / pi_behav``; tokens with ``w > behav_imp_weight_cap`` are rejected (zero loss, zero
-    gradient). Gradient ``-A w grad(logp)`` on kept tokens."""
+    gradient). Gradient ``-A w grad(logp)`` on kept tokens; with ``None`` (AReaL's ``rejection_sampling: null``) no
+    weight is applied: ``-A grad(logp)``."""
     adv = token_advantages(advantages)
     prox = logp.detach()
     u = torch.exp(logp - prox)  # 1 in value; carries grad(logp)
-    # w is a detached weight, computed in at least fp32 as AReaL upcasts before subtracting (bf16 log-probs);
-    # clamping its log before exp bounds the value only (past +20 the token is rejected anyway)
-    wide = torch.promote_types(logp.dtype, torch.float32)
-    log_w = (prox.to(wide) - old_logp.to(wide)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    w = torch.exp(log_w)
-    keep = w <= behav_imp_weight_cap
-    loss = -adv * torch.where(keep, w, 0.0).to(logp.dtype) * u
+    w, weight = behaviour_weight(prox, old_logp, behav_imp_weight_cap)
+    loss = -adv * weight.to(logp.dtype) * u
 
     m = Masked(mask)
     with torch.no_grad():
-        rejected = ~keep
+        rejected = weight == 0
         metrics = {
             **m.stats("behav_weight", w.float()),
             "mask_frac": m.frac(rejected),

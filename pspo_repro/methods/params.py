@@ -52,7 +52,13 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     # CE-GPPO's gradient scales on low-clipped (A < 0) and high-clipped (A > 0) tokens
     "beta_low": _rule(lambda v: v >= 0, "a number >= 0"),
     "beta_high": _rule(lambda v: v >= 0, "a number >= 0"),
-    "m2_threshold": _rule(lambda v: v > 0, "a number > 0"),  # M2PO's bound on the kept tokens' mean (log r)^2
+    # M2PO: the authors' budget on the harmful tokens' mean (log r)^2 and their floors on the clip band's width
+    "m2_budget": _rule(lambda v: v > 0, "a number > 0"),
+    "miniclip_low": _rule(lambda v: 0 <= v <= 1, "null or a number in [0, 1]", nullable=True),
+    "miniclip_high": _rule(lambda v: v >= 0, "null or a number >= 0", nullable=True),
+    # AReaL's M2PO port: its bound on the kept tokens' mean (log r)^2, and whether it divides by the kept count
+    "m2_threshold": _rule(lambda v: v > 0, "a number > 0"),
+    "kept_token_norm": (lambda v: isinstance(v, bool), "true or false"),
     "kl_tau": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl's weight of the (log r)^2 term
     "ipo_threshold": _rule(lambda v: v >= 0, "a number >= 0"),  # prime-rl ipo's bound on |p - q|
     # ASPO / Archer: the clip bounds of the high-entropy tokens, and the per-response entropy quantile
@@ -61,7 +67,9 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "entropy_quantile": _rule(lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]"),
     # AReaL's decoupled PPO: tokens with pi_prox / pi_behav above it are rejected (its RejectionSamplingConfig:
     # "for 'ratio' metric: must be > 1.0")
-    "behav_imp_weight_cap": _rule(lambda v: v > 1, "a number > 1"),
+    "behav_imp_weight_cap": _rule(
+        lambda v: v > 1, "null or a number > 1", nullable=True
+    ),  # null: no rejection
     # BAPO: explicit ratio bounds searched per batch (start, maximum, step) and the target P / N
     "adv_ratio_target": _rule(lambda v: v >= 0, "a number >= 0"),
     "ratio_lower_start": _rule(lambda v: 0 < v <= 1, "a number in (0, 1]"),
@@ -80,6 +88,29 @@ PARAM_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rs_k2": _rule(lambda v: v > 0, "null or a number > 0", nullable=True),
     "rs_k3": _rule(lambda v: v > 0, "null or a number > 0", nullable=True),
 }
+
+
+# Pairs of hyperparameters that must agree, checked for every method that has both: (low, high, strict).
+# strict: low < high (an open band that would be empty otherwise); else low <= high (a start and its maximum).
+PARAM_ORDER: tuple[tuple[str, str, bool], ...] = (
+    ("ratio_lower_start", "ratio_lower_max", False),  # BAPO raises c_low from its start up to its maximum
+    ("ratio_upper_start", "ratio_upper_max", False),  # and c_high likewise
+    ("entropy_ratio_low", "entropy_ratio_high", True),  # ERC's band (low, high) of H_theta / H_old
+    ("cov_lb", "cov_ub", True),  # Clip-Cov's window cov_lb < cov < cov_ub
+)
+
+
+def check_param_order(method: str, params: dict[str, Any]) -> None:
+    """Raise a one-line ValueError if a pair of ``PARAM_ORDER`` is out of order in ``params`` (each value
+    already checked by ``check_param``)."""
+    for low, high, strict in PARAM_ORDER:
+        if low not in params or high not in params:
+            continue
+        a, b = params[low], params[high]
+        if (a >= b) if strict else (a > b):
+            rule = f"{low} < {high}" if strict else f"{low} <= {high}"
+            what = "not below" if strict else "above"
+            raise ValueError(f"method {method!r}: {low}={a!r} is {what} {high}={b!r}; allowed: {rule}")
 
 
 def check_param(method: str, key: str, value: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from pspo_repro.methods.aggregation import AGGREGATION_MODES
 from pspo_repro.methods.base import MethodOutput
-from pspo_repro.methods.params import PARAM_RULES, check_param
+from pspo_repro.methods.params import PARAM_RULES, check_param, check_param_order
 from pspo_repro.methods.rollout_correction import NONE, RolloutCorrection, parse_rollout_correction
 
 MethodFn = Callable[..., MethodOutput]
@@ -52,6 +52,14 @@ class MethodSpec:
 
 _REGISTRY: dict[str, MethodSpec] = {}
 
+# Other names of registered methods, for the command line: ``conf/method/<alias>.yaml`` composes the target's
+# config (a defaults list naming it), so ``method=kimi15`` runs ``dro`` with dro's parameters and run folder. An
+# alias is no registry entry: ``list_methods()`` (and so the leaderboard's sweep) never holds it.
+METHOD_ALIASES: dict[str, str] = {
+    "kimi15": "dro",  # Kimi k1.5 (arXiv 2501.12599; ROLL pg_variant="kimi15"): dro with dro_beta = kimi15_tau
+    "kimi_k25": "dppo_k25",  # Kimi K2.5's squared log-ratio term (arXiv 2602.02276) as prime-rl's default loss
+}
+
 
 def register_method(name: str) -> Callable[[MethodFn], MethodFn]:
     """Decorator registering ``fn`` under ``name``; a duplicate name or a malformed signature raises."""
@@ -59,6 +67,8 @@ def register_method(name: str) -> Callable[[MethodFn], MethodFn]:
     def decorator(fn: MethodFn) -> MethodFn:
         if name in _REGISTRY:
             raise ValueError(f"method {name!r} is already registered (by {_REGISTRY[name].fn.__module__})")
+        if name in METHOD_ALIASES:
+            raise ValueError(f"method {name!r} is an alias of {METHOD_ALIASES[name]!r}; choose another name")
         params = list(inspect.signature(fn).parameters.values())
         head = tuple(p.name for p in params[: len(_POSITIONAL)])
         if head != _POSITIONAL:
@@ -94,12 +104,21 @@ def list_methods() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def method_aliases() -> dict[str, str]:
+    """Alias -> registered name (``METHOD_ALIASES``), sorted by alias."""
+    return dict(sorted(METHOD_ALIASES.items()))
+
+
 def get_spec(name: str) -> MethodSpec:
-    """The registered spec of ``name``; an unknown name raises ValueError listing the valid ones."""
+    """The registered spec of ``name`` (or of the method an alias names); an unknown name raises ValueError
+    listing the valid ones."""
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[METHOD_ALIASES.get(name, name)]
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(list_methods())}") from None
+        aliases = ", ".join(f"{a} ({t})" for a, t in method_aliases().items())
+        raise ValueError(
+            f"unknown method {name!r}; valid methods: {', '.join(list_methods())}; aliases: {aliases}"
+        ) from None
 
 
 def get_method(name: str) -> MethodFn:
@@ -130,6 +149,7 @@ def validate_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     full = {**spec.defaults, **params}
     for key, value in full.items():
         check_param(name, key, value)
+    check_param_order(name, full)
     return full
 
 

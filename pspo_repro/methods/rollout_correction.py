@@ -154,6 +154,12 @@ def parse_rollout_correction(
     """The correction named by ``method.rollout_correction`` (``none``, a mode, or a list of modes), its
     ``..._threshold`` (null: each mode's default; a number or ``"lower_upper"``; a list, one per mode) and
     ``..._batch_normalize``; a bad entry raises a one-line ValueError naming it and what is allowed."""
+    if not isinstance(mode, str | list | tuple) and mode is not None:
+        shown = repr(mode).replace("\n", " ")[:80]
+        raise ValueError(
+            f"method.rollout_correction={shown} is invalid; allowed: none, a mode or a list of modes "
+            f"({', '.join(MODES)})"
+        )
     modes = [mode] if isinstance(mode, str) or mode is None else list(mode)
     if modes in ([None], ["none"], []):
         if threshold is not None or batch_normalize:

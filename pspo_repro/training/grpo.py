@@ -429,6 +429,9 @@ def _build_trainer(
         logprob_head=resolve_logprob_head(
             t.get("logprob_head", "auto"), use_cuda, plain_head_bytes(model, t)
         ),
+        old_logps=t.get("old_logps", "auto"),
+        token_draw=t.get("token_draw", "multinomial"),
+        validation_loss=bool(t.get("validation_loss", True)),
     )
     return trainer, nonfinite, budget, stopper
 

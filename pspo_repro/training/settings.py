@@ -161,7 +161,28 @@ def validate(cfg: DictConfig):
             f"trainer.lr_horizon=run decays linearly to 0 at the token budget; trainer.lr_scheduler_type="
             f"{t.lr_scheduler_type} needs trainer.lr_horizon=epochs (or trainer.token_budget=null)"
         )
-    return method._replace(rollout_correction=effective_rollout_correction(cfg, method))
+    method = method._replace(rollout_correction=effective_rollout_correction(cfg, method))
+    check_old_logps(cfg, method)
+    return method
+
+
+def check_old_logps(cfg: DictConfig, method) -> None:
+    """``trainer.old_logps=first_pass`` where the first pass cannot supply them: UsageError naming why."""
+    t = cfg.trainer
+    if t.get("old_logps", "auto") != "first_pass":
+        return
+    from pspo_repro.training.trainer import first_pass_problem
+
+    why = first_pass_problem(
+        use_vllm=bool(t.use_vllm),
+        rollout_correction_active=method.rollout_correction.active,
+        method_name=method.name,
+        beta=float(t.beta),
+        gradient_accumulation_steps=int(t.gradient_accumulation_steps),
+        steps_per_generation=t.steps_per_generation,
+    )
+    if why:
+        raise UsageError(f"trainer.old_logps=first_pass: {why}; use recompute or auto")
 
 
 def warn_reward_data(cfg: DictConfig, funcs: list[str]) -> None:
@@ -208,6 +229,12 @@ def validate_flags(cfg: DictConfig) -> None:
     head = cfg.trainer.get("logprob_head", "auto")
     if head not in ("auto", "fused", "plain"):
         raise UsageError(f"trainer.logprob_head must be auto, fused or plain, got {head!r}")
+    draw = cfg.trainer.get("token_draw", "multinomial")
+    if draw not in ("inverse_cdf", "multinomial"):
+        raise UsageError(f"trainer.token_draw must be inverse_cdf or multinomial, got {draw!r}")
+    old = cfg.trainer.get("old_logps", "auto")
+    if old not in ("auto", "recompute", "first_pass"):
+        raise UsageError(f"trainer.old_logps must be auto, recompute or first_pass, got {old!r}")
     if cfg.trainer.get("eval_on_start") and not cfg.trainer.get("eval_steps"):
         # HF validates only with an eval strategy: the step-0 point would silently not be logged.
         raise UsageError(

@@ -42,6 +42,7 @@ from trl import GRPOTrainer
 
 from pspo_repro.methods import aggregate, get_method, method_extra_inputs, method_optional_inputs
 from pspo_repro.methods import rollout_correction as rc
+from pspo_repro.training.sampling import TOKEN_DRAWS, cpu_sampling
 
 MIRRORS_TRL = "1.16.0"
 
@@ -80,6 +81,46 @@ def check_rollout_correction(method_name: str, correction: rc.RolloutCorrection)
 # How per-token log-probs are computed (``trainer.logprob_head``; ``auto`` resolves in training.grpo):
 # TRL's fused LM head, or the model's logits on the completion positions (the same numbers, faster on CPU).
 LOGPROB_HEADS = ("fused", "plain")
+# Where the old log-probs come from when TRL stores them (``trainer.old_logps``): TRL's no-grad pass over the
+# batch at rollout, or the first training pass's own log-probs, detached, kept with the batch for its later
+# passes (``MethodGRPOTrainer.first_pass_old_logps_problem``); ``auto``: first_pass on CPU where it can, else
+# recompute.
+OLD_LOGPS = ("auto", "recompute", "first_pass")
+
+
+def first_pass_problem(
+    *,
+    use_vllm: bool,
+    rollout_correction_active: bool,
+    method_name: str,
+    beta: float,
+    gradient_accumulation_steps: int,
+    steps_per_generation: int | None,
+) -> str | None:
+    """Why the first training pass over a batch cannot supply its old log-probs (None: it can).
+
+    It can when that pass runs the policy that sampled the batch, before any optimizer step on it, and nothing
+    else reads the old log-probs at rollout: then the first pass's log-probs, detached, are what TRL's no-grad
+    pass would compute from the same weights. On CPU they are equal bit for bit (every committed CPU run logged
+    ``first_pass_max_abs_ratio_dev`` 0.0); on a GPU another batch layout can move them, which is what the
+    authors' clip with eps 0 reacts to, so ``auto`` keeps TRL's pass there."""
+    spg = steps_per_generation or gradient_accumulation_steps  # TRL's default
+    if use_vllm:
+        return "the rollouts come from vLLM, whose log-probs TRL compares with a recomputed pass"
+    if rollout_correction_active:
+        return "a rollout correction compares the sampler's log-probs with the trainer's at rollout"
+    if "topk_logps" in method_extra_inputs(method_name):
+        return "top-K DPPO stores its own old log-probs at rollout"
+    if "old_entropies" in method_optional_inputs(method_name):
+        return "ERC stores the sampling policy's entropies beside the old log-probs at rollout"
+    if beta != 0.0:
+        return "a KL penalty's reference pass runs beside the old log-probs' at rollout"
+    if gradient_accumulation_steps % spg != 0:
+        return (
+            f"a micro-batch's first pass can come after an optimizer step (steps_per_generation {spg} does "
+            f"not divide gradient_accumulation_steps {gradient_accumulation_steps})"
+        )
+    return None
 
 
 class MethodGRPOTrainer(GRPOTrainer):
@@ -95,6 +136,14 @@ class MethodGRPOTrainer(GRPOTrainer):
     sampler_logps_hook: Callable[[Any, dict], torch.Tensor] | None = None
     _method_takes_entropy: bool = False  # set in __init__: the method takes ``entropies`` (ASPO, Archer, ERC)
     _method_takes_old_entropy: bool = False  # set in __init__: the method takes ``old_entropies`` (ERC)
+    token_draw: str = (
+        "multinomial"  # set in __init__: how transformers' generate draws tokens (training.sampling)
+    )
+    old_logps: str = "recompute"  # set in __init__: "recompute" (TRL's pass at rollout) or "first_pass"
+    _first_pass_stores_old: bool = False  # set in __init__: the loss keeps the first pass's log-probs as old
+    _skip_rollout_old_logps: bool = (
+        False  # set while TRL's rollout would compute the old log-probs (first_pass)
+    )
 
     def __init__(
         self,
@@ -105,6 +154,9 @@ class MethodGRPOTrainer(GRPOTrainer):
         lr_token_budget: int | None = None,
         rollout_correction: rc.RolloutCorrection = rc.NONE,
         logprob_head: str = "fused",
+        old_logps: str = "recompute",
+        token_draw: str = "multinomial",
+        validation_loss: bool = True,
         **kwargs: Any,
     ):
         grpo_args = kwargs.get("args")
@@ -124,6 +176,12 @@ class MethodGRPOTrainer(GRPOTrainer):
         if logprob_head not in LOGPROB_HEADS:
             raise ValueError(f"logprob_head must be one of {', '.join(LOGPROB_HEADS)}, got {logprob_head!r}")
         self.logprob_head = logprob_head
+        if token_draw not in TOKEN_DRAWS:
+            raise ValueError(f"token_draw must be one of {', '.join(TOKEN_DRAWS)}, got {token_draw!r}")
+        self.token_draw = token_draw
+        self.validation_loss = validation_loss
+        if old_logps not in OLD_LOGPS:
+            raise ValueError(f"old_logps must be one of {', '.join(OLD_LOGPS)}, got {old_logps!r}")
         # Set before super().__init__: nothing there builds the scheduler, but keep the attribute defined early.
         self._lr_token_budget = lr_token_budget
         super().__init__(*args, **kwargs)
@@ -140,6 +198,26 @@ class MethodGRPOTrainer(GRPOTrainer):
         # ERC compares it with the sampling policy's, computed at rollout (``_rollout_entropies``)
         self._method_takes_old_entropy = "old_entropies" in method_optional_inputs(method_name)
         self.rollout_correction = rollout_correction
+        why = self.first_pass_old_logps_problem()
+        if old_logps == "first_pass" and why:
+            raise ValueError(f"old_logps=first_pass: {why}; use recompute")
+        if old_logps == "auto":
+            old_logps = "first_pass" if self.accelerator.device.type == "cpu" and not why else "recompute"
+        self.old_logps = old_logps
+        spg, ga = self.args.steps_per_generation, self.args.gradient_accumulation_steps
+        # TRL stores old log-probs exactly when a batch serves more than one optimizer step (its condition)
+        self._first_pass_stores_old = old_logps == "first_pass" and ga % (spg * self.num_iterations) != 0
+
+    def first_pass_old_logps_problem(self) -> str | None:
+        """Why this trainer's first pass over a batch cannot supply its old log-probs (``first_pass_problem``)."""
+        return first_pass_problem(
+            use_vllm=self.use_vllm,
+            rollout_correction_active=self.rollout_correction.active,
+            method_name=self.method_name,
+            beta=self.beta,
+            gradient_accumulation_steps=self.args.gradient_accumulation_steps,
+            steps_per_generation=self.args.steps_per_generation,
+        )
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         """HF's scheduler, or with ``lr_token_budget`` the linear decay to 0 at that many tokens
@@ -214,8 +292,28 @@ class MethodGRPOTrainer(GRPOTrainer):
         )  # fmt: skip
         return entropies
 
+    def _generate_single_turn(self, *args: Any, **kwargs: Any):
+        # transformers' top-p filter and token draw cost more than a tiny model's forward on CPU: the same mask
+        # and the same distribution, cheaper (training.sampling, ``token_draw``)
+        with cpu_sampling(self.token_draw):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """TRL's validation step (generation, rewards: ``eval/reward``, which selects the best checkpoint), with
+        ``validation_loss=False`` without its loss pass: one forward over the validation batch for ``eval/loss``
+        and the loss's statistics (``eval/entropy``, ``eval/method/*``: with no update, r == 1 there)."""
+        if self.validation_loss:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        self._prepare_inputs(inputs)
+        return None, None, None
+
     def _generate_and_score_completions(self, inputs):
-        batch = super()._generate_and_score_completions(inputs)
+        # first_pass: TRL's no-grad pass for the old log-probs is skipped (``_get_per_token_logps_and_entropies``)
+        self._skip_rollout_old_logps = self.old_logps == "first_pass"
+        try:
+            batch = super()._generate_and_score_completions(inputs)
+        finally:
+            self._skip_rollout_old_logps = False
         # the correction first: top-K then replaces any stored old log-probs by its full-logits ones (its mu)
         self._rollout_correct(batch)
         if self._topk is not None:
@@ -312,7 +410,14 @@ class MethodGRPOTrainer(GRPOTrainer):
         ``selective_log_softmax``. On devices without Triton TRL's fused head projects every position
         (prompt and padding too) and runs its tiles as ~20 elementwise torch passes: on CPU that is 60-70% of
         a small model's forward + backward (docs/benchmarks.md "The RL step across model sizes"). Entropies
-        come without a gradient: here they are metrics and masks only (an entropy bonus is refused above)."""
+        come without a gradient: here they are metrics and masks only (an entropy bonus is refused above).
+
+        With ``old_logps="first_pass"`` the first call at rollout, TRL's pass for the old log-probs (its only call
+        there: no reference model, ``first_pass_old_logps_problem``), returns None: TRL then stores none and the
+        loss takes the first pass's own (``_compute_loss``)."""
+        if self._skip_rollout_old_logps and model is self.model:
+            self._skip_rollout_old_logps = False
+            return None, None, None
         if (
             self.logprob_head == "fused"
             or compute_aux_loss
@@ -401,6 +506,9 @@ class MethodGRPOTrainer(GRPOTrainer):
             advantages = advantages.unsqueeze(1)
         # TRL stores no old log-probs when the batch is used once on-policy: then old == current (r == 1).
         old_logps = inputs.get("old_per_token_logps")
+        if old_logps is None and self._first_pass_stores_old and self.model.training:
+            # old_logps=first_pass: this pass runs the sampling policy; its log-probs serve the later passes
+            inputs["old_per_token_logps"] = logps.detach()
         old_logps = logps.detach() if old_logps is None else old_logps
 
         if self.off_policy_mask_threshold is not None:

@@ -77,6 +77,9 @@ class TrainerNode:
     skip_nonfinite: bool = _key(bool)
     log_update_norm: bool = _key(bool, checked=False)  # read as a switch (callbacks.UpdateNormCallback)
     logprob_head: str = _key(str, checked=False)  # auto | fused | plain (settings)
+    old_logps: str = _key(str, checked=False)  # auto | recompute | first_pass (settings, the trainer)
+    token_draw: str = _key(str, checked=False)  # multinomial | inverse_cdf (settings, training/sampling.py)
+    validation_loss: bool = _key(bool)  # the trainer's prediction_step; TRL has no such key
     stop_after_step: int | None = _key(int, low=1, null=True)
 
 

@@ -307,3 +307,30 @@ def test_only_cells_holding_a_list_gold_carry_the_list_grader():
     assert (
         cells.grader_version(math[:1]) == cells.GRADER_VERSION == 3
     )  # committed cells of other sets stay valid
+
+
+@pytest.mark.slow
+def test_cells_record_non_default_numerics_and_never_mix_them(results_root, monkeypatch):
+    """dtype / attn_implementation reach the hf backend's model; a cell records them only where they are not the
+    defaults (older cells stay valid), and a cell of other numerics is neither reused nor overwritten."""
+    from pspo_repro.evaluation.backends import hf
+
+    loaded = []
+    original = hf.HFBackend.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        loaded.append((self.model.dtype, self.model.config._attn_implementation))
+
+    monkeypatch.setattr(hf.HFBackend, "__init__", spy)
+    sweep = ["model=tiny", "eval.limit=3", "temperatures=[0.0]", "max_new_tokens=4", "backend=hf"]
+    plain = ev.evaluate(_cfg(*sweep))
+    assert "numerics" not in plain[0]
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(results_root / "other"))
+    bf16_cells = ev.evaluate(_cfg(*sweep, "dtype=bfloat16", "attn_implementation=eager"))
+    assert bf16_cells[0]["numerics"] == {"dtype": "bfloat16", "attn_implementation": "eager"}
+    import torch
+
+    assert loaded[-1] == (torch.bfloat16, "eager") and loaded[0][0] == torch.float32
+    with pytest.raises(ev.EvalError, match=r"exists with different settings \(numerics\)"):
+        ev.evaluate(_cfg(*sweep))

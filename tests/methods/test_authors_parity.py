@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from pspo_repro.methods import get_method
-from pspo_repro.methods.m2po import m2po_keep
 from tests.methods.test_methods import random_batch
 
 
@@ -90,29 +89,6 @@ def authors_dcpo(old, logp, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=10.0
     return torch.where(adv < 0, clip2, clip1)
 
 
-def areal_m2po_mask(old, prox, mask, threshold):
-    # inclusionAI/AReaL actor.py _apply_m2po_masking + _get_m2po_loss_mask
-    m2 = (old - prox) * (old - prox)
-    flat = mask.bool().view(-1)
-    sel = m2.view(-1)[flat]
-    sorted_m2, idx = torch.sort(sel, descending=True)
-    n = sorted_m2.numel()
-    avg = sorted_m2.flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=sorted_m2.dtype)
-    below = torch.where(avg < threshold)[0]
-    k = below[0].item() if len(below) > 0 else n - 1
-    keep_sorted = torch.ones(n, dtype=torch.bool)
-    keep_sorted[:k] = False
-    full = torch.zeros_like(flat)
-    full[flat] = keep_sorted[torch.argsort(idx)]
-    return full.view_as(mask)
-
-
-def m2po_paper(old, logp, adv, mask, threshold=0.04):
-    # M2PO objective (AReaL docs/en/algorithms/m2po.md): -M r A, M from (log pi_theta - log pi_behav)^2
-    keep = areal_m2po_mask(old, logp.detach(), mask, threshold)
-    return -(keep * torch.exp(logp - old) * adv)
-
-
 def prime_default(old, logp, adv, mask, dppo_mask_low=0.2, dppo_mask_high=0.2, kl_tau=1e-3):
     # PrimeIntellect-ai/prime-rl loss.py default_loss_fn (adv_tau = 1)
     lr = logp - old
@@ -137,12 +113,14 @@ def areal_decoupled(old, logp, adv, mask, upper=5.0, eps_clip=0.4, eps_clip_high
     # the weights of this optimizer step). Per-token pg_loss, masked, before AReaL's sum / count. AReaL's
     # ``.float()`` upcasts bf16 log-probs before subtracting; these float64 tensors keep their precision.
     prox = logp.detach()
-    log_ratio = prox - old.detach()
-    log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, 0.0)
-    behave_imp_weight = torch.exp(log_ratio)
-    in_bounds = behave_imp_weight <= upper
-    loss_mask = (mask.bool() & in_bounds).to(mask.dtype)
-    behave_imp_weight = torch.where(loss_mask.bool(), behave_imp_weight, 0.0)
+    loss_mask = mask
+    if upper is not None:  # upper None: rejection_sampling null, no filtering and no behaviour weight
+        log_ratio = prox - old.detach()
+        log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, 0.0)
+        behave_imp_weight = torch.exp(log_ratio)
+        in_bounds = behave_imp_weight <= upper
+        loss_mask = (mask.bool() & in_bounds).to(mask.dtype)
+        behave_imp_weight = torch.where(loss_mask.bool(), behave_imp_weight, 0.0)
     ratio = torch.where(loss_mask.bool(), torch.exp(logp - prox), 0)
     clipped = torch.clamp(
         ratio, 1.0 - eps_clip, 1.0 + (eps_clip if eps_clip_higher is None else eps_clip_higher)
@@ -150,7 +128,8 @@ def areal_decoupled(old, logp, adv, mask, upper=5.0, eps_clip=0.4, eps_clip_high
     pg_loss = torch.max(-adv * ratio, -adv * clipped)
     if c_clip is not None:
         pg_loss = torch.min(pg_loss, torch.sign(adv) * c_clip * adv)
-    pg_loss = pg_loss * behave_imp_weight
+    if upper is not None:
+        pg_loss = pg_loss * behave_imp_weight
     return torch.where(loss_mask.bool(), pg_loss, 0)
 
 
@@ -164,7 +143,7 @@ def bapo_effective(ratio, adv, mask, lo, hi, eps=1e-8):
     return ratio.new_tensor(float("inf")) if torch.all(neg <= 0) else pos / (neg + ratio.new_tensor(eps))
 
 
-def authors_bapo_bounds(old, logp, adv, mask, target=0.5, lo=0.6, lo_max=0.9, lo_step=0.05, hi=1.2, hi_max=3.0,
+def authors_bapo_bounds(old, logp, adv, mask, target=1.0, lo=0.6, lo_max=0.9, lo_step=0.05, hi=1.2, hi_max=3.0,
                         hi_step=0.05):  # fmt: skip
     # compute_policy_loss_bapo's two loops, as written there (a host sync per candidate)
     ratio = torch.exp(torch.clamp(logp - old, min=-20.0, max=20.0))
@@ -223,8 +202,6 @@ CASES = [
         {"eps_low": 0.1, "eps_high": 0.2, "clip_c": 3.0},
         {"clip_low": 0.1, "clip_high": 0.2, "clip_c": 3.0},
     ),
-    ("m2po", m2po_paper, {}, {}),
-    ("m2po", m2po_paper, {"m2_threshold": 0.5}, {"threshold": 0.5}),
     ("dppo_k25", prime_default, {}, {}),
     (
         "dppo_k25",
@@ -241,8 +218,11 @@ CASES = [
     ("decoupled_ppo", areal_decoupled, {}, {}),
     ("decoupled_ppo", areal_decoupled, {}, {"eps_clip": 0.1, "c_clip": 1.5}),
     ("decoupled_ppo", areal_decoupled, {"behav_imp_weight_cap": 1.3}, {"upper": 1.3}),
-    # BAPO at the paper's values (the authors' README) and at their recipe's bapo_trainer.yaml / example script
+    ("decoupled_ppo", areal_decoupled, {"behav_imp_weight_cap": None}, {"upper": None}),
+    # BAPO at the paper's values (the authors' README: rho_0 = 0.5 as a share is P / N = 1) and at their recipe's
+    # bapo_trainer.yaml / example script (which passes 0.5 as P / N)
     ("bapo", authors_bapo, {}, {}),
+    ("bapo", authors_bapo, {"adv_ratio_target": 0.5}, {"target": 0.5}),
     (
         "bapo",
         authors_bapo,
@@ -252,8 +232,14 @@ CASES = [
     (
         "bapo",
         authors_bapo,
-        {"ratio_lower_start": 0.8, "ratio_lower_max": 0.95, "ratio_upper_step": 0.1, "ratio_upper_max": 2.0},
-        {"lo": 0.8, "lo_max": 0.95, "hi_step": 0.1, "hi_max": 2.0},
+        {
+            "adv_ratio_target": 0.5,
+            "ratio_lower_start": 0.8,
+            "ratio_lower_max": 0.95,
+            "ratio_upper_step": 0.1,
+            "ratio_upper_max": 2.0,
+        },
+        {"target": 0.5, "lo": 0.8, "lo_max": 0.95, "hi_step": 0.1, "hi_max": 2.0},
     ),
     ("bapo", authors_bapo, {"adv_ratio_target": 3.0, "clip_c": 1.5}, {"target": 3.0, "clip_ratio_c": 1.5}),
 ]
@@ -276,8 +262,6 @@ def test_the_batches_reach_every_region():
     assert ((r > 1.2) & (adv > 0) & on).any() and ((r < 0.8) & (adv < 0) & on).any()
     assert ((r < 0.8) & (adv > 0) & on).any() and ((r > 1.2) & (adv < 0) & on).any()
     assert ((r > 3.0) & (adv < 0) & on).any()
-    _, _, metrics = ours("m2po", logp, old, adv, mask)
-    assert 0 < metrics["mask_frac"] < 1
 
 
 # ---------------------------------------------------------------- GPPO: same loss as clip, other gradient
@@ -320,7 +304,7 @@ def test_ce_gppo_scales_the_clipped_gradients_by_beta():
     assert_same(g1, g2)
 
 
-# ---------------------------------------------------------------- DCPO, M2PO, prime-rl: defining properties
+# ---------------------------------------------------------------- DCPO, prime-rl: defining properties
 
 
 def test_dcpo_bounds_widen_for_rare_tokens_and_reach_ppo_at_q_one():
@@ -334,22 +318,6 @@ def test_dcpo_bounds_widen_for_rare_tokens_and_reach_ppo_at_q_one():
     assert lo[1].item() == 0.5 and lo[2].item() == 0.5  # 4 eps / q >= 1: the lower bound is 1/2
     assert hi[1] < hi[2] <= 10.0
     assert lo[3].item() == 1.0 and hi[3].item() == 10.0  # the authors' q == 0 branch
-
-
-def test_m2po_mask_matches_areal_and_its_edge_cases():
-    logp, old, _, mask = batch(5, spread=0.5)
-    for threshold in (0.01, 0.04, 0.2, 10.0):
-        ours_keep = m2po_keep((logp - old).square(), mask, threshold)
-        assert torch.equal(ours_keep, areal_m2po_mask(old, logp, mask, threshold))
-    # every suffix mean >= threshold: AReaL keeps only the smallest token
-    m2 = torch.tensor([[4.0, 9.0, 1.0, 7.0]])
-    keep = m2po_keep(m2, torch.ones(1, 4), 0.5)
-    assert keep.tolist() == [[False, False, True, False]]
-    # the kept tokens' mean is below the threshold, and nothing is dropped when it already is
-    # sorted 9, 7, 4, 1: the rest's means are 5.25, 4, 2.5, 1
-    assert m2po_keep(m2, torch.ones(1, 4), 4.5).tolist() == [[True, False, True, True]]  # drop 9
-    assert m2po_keep(m2, torch.ones(1, 4), 3.0).tolist() == [[True, False, True, False]]  # drop 9 and 7
-    assert m2po_keep(m2, torch.ones(1, 4), 100.0).all()
 
 
 def test_prime_losses_pull_dropped_tokens_back_only_through_the_squared_log_ratio():

@@ -30,10 +30,14 @@ def test_sections_embed_existing_figures_and_show_an_override():
 
 
 def test_sections_name_every_parameter_with_its_default():
-    """Each parameter appears as ``key = value`` (chains like ``a = b = 0.15`` allowed) with the registry default."""
+    """Each parameter appears as ``key = value`` (chains like ``a = b = 0.15`` allowed; ``null``, ``true``, ``false``)
+    with the registry default."""
     for name, body in _sections().items():
         for key, value in validate_params(name, {}).items():
-            m = re.search(rf"`(?:[a-z_]+ = )*{key}(?: = [a-z_]+)* = ([-+0-9.e]+|null)`", body)
+            m = re.search(rf"`(?:[a-z_]+ = )*{key}(?: = [a-z_]+)* = ([-+0-9.e]+|null|true|false)`", body)
             assert m, (name, key)
             shown = m.group(1)
-            assert (value is None) if shown == "null" else float(shown) == value, (name, key, shown, value)
+            if shown in ("null", "true", "false"):
+                assert value is {"null": None, "true": True, "false": False}[shown], (name, key, shown, value)
+            else:
+                assert not isinstance(value, bool) and float(shown) == value, (name, key, shown, value)

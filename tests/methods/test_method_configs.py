@@ -7,18 +7,24 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.methods import (
     AGGREGATION_MODES,
+    METHOD_ALIASES,
     RESERVED_KEYS,
+    get_method,
     get_spec,
     list_methods,
+    method_aliases,
     parse_method_config,
     validate_params,
 )
 
 CONF = PROJECT_ROOT / "conf" / "method"
-YAMLS = sorted(CONF.glob("*.yaml"))
+# a method's own config; an alias's file only names its method in a defaults list
+YAMLS = sorted(p for p in CONF.glob("*.yaml") if p.stem not in METHOD_ALIASES)
+ALIAS_YAMLS = sorted(p for p in CONF.glob("*.yaml") if p.stem in METHOD_ALIASES)
 # Methods whose yaml default aggregation is not the paper's shared "dapo", and why (the yaml comment says it too)
 OWN_AGGREGATION = {
     "luspo": "luspo",  # LUSPO is GSPO's loss with its own (length-scaled) aggregation
@@ -32,6 +38,39 @@ def load(path: Path) -> dict:
 
 def test_registry_and_configs_hold_the_same_names():
     assert sorted(p.stem for p in YAMLS) == list_methods()
+    assert [p.stem for p in ALIAS_YAMLS] == list(method_aliases()) == ["kimi15", "kimi_k25"]
+
+
+def _method_section(name: str) -> dict:
+    return OmegaConf.to_container(compose_config(PROJECT_ROOT / "conf", "train", [f"method={name}"]).method)
+
+
+@pytest.mark.parametrize(("alias", "target"), sorted(METHOD_ALIASES.items()))
+def test_an_alias_is_its_method_and_no_second_registry_entry(alias, target):
+    assert alias not in list_methods() and target in list_methods()
+    assert get_method(alias) is get_method(target) and get_spec(alias) is get_spec(target)
+    assert validate_params(alias, {}) == validate_params(target, {})
+    # method=<alias> composes the target's config: same name (so the same run folder), parameters and settings
+    composed = _method_section(alias)
+    assert composed == _method_section(target) and composed["name"] == target
+    assert parse_method_config(composed) == parse_method_config(_method_section(target))
+    # the alias file holds no setting of its own that could drift from the target's
+    assert OmegaConf.to_container(OmegaConf.load(CONF / f"{alias}.yaml")) == {"defaults": [target, "_self_"]}
+
+
+def test_the_leaderboard_sweeps_no_alias():
+    from pspo_repro.pipelines import grid  # noqa: F401  (registers the ${registered_methods:} resolver)
+
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard"])
+    assert list(cfg.eval.methods) == list_methods()
+    assert not set(cfg.eval.methods) & set(METHOD_ALIASES)
+
+
+def test_unknown_method_error_names_the_aliases():
+    with pytest.raises(
+        ValueError, match=r"unknown method 'kimi'; valid methods: .*; aliases: kimi15 \(dro\)"
+    ):
+        get_spec("kimi")
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.stem)
@@ -113,6 +152,49 @@ def test_bad_values_raise_one_line_errors(name, params, fragment):
     assert "\n" not in message
     assert fragment in message
     assert name in message
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        (
+            "bapo",
+            {"ratio_lower_start": 0.95},
+            "method 'bapo': ratio_lower_start=0.95 is above ratio_lower_max=0.9; "
+            "allowed: ratio_lower_start <= ratio_lower_max",
+        ),
+        (
+            "bapo",
+            {"ratio_upper_start": 3.5},
+            "ratio_upper_start=3.5 is above ratio_upper_max=3.0; allowed: ratio_upper_start <= ratio_upper_max",
+        ),
+        (
+            "bapo",
+            {"ratio_upper_max": 1.1},
+            "ratio_upper_start=1.2 is above ratio_upper_max=1.1",
+        ),
+        (
+            "erc",
+            {"entropy_ratio_low": 1.1},
+            "method 'erc': entropy_ratio_low=1.1 is not below entropy_ratio_high=1.05; "
+            "allowed: entropy_ratio_low < entropy_ratio_high",
+        ),
+        ("erc", {"entropy_ratio_low": 1.05}, "entropy_ratio_low=1.05 is not below entropy_ratio_high=1.05"),
+        ("clip_cov", {"cov_lb": 5.0}, "cov_lb=5.0 is not below cov_ub=5.0; allowed: cov_lb < cov_ub"),
+    ],
+)
+def test_pairs_out_of_order_are_refused_in_one_line(name, params, message):
+    with pytest.raises(ValueError) as err:
+        validate_params(name, params)
+    assert "\n" not in str(err.value) and message in str(err.value)
+
+
+def test_pairs_at_their_limit_are_accepted():
+    # a start equal to its maximum: that side of BAPO's search does not move
+    full = validate_params("bapo", {"ratio_lower_start": 0.9, "ratio_upper_start": 3.0})
+    assert (full["ratio_lower_start"], full["ratio_upper_max"]) == (0.9, 3.0)
+    band = validate_params("erc", {"entropy_ratio_low": 0.0, "entropy_ratio_high": 1e-6})
+    assert (band["entropy_ratio_low"], band["entropy_ratio_high"]) == (0.0, 1e-6)
 
 
 def test_parse_method_config_errors():

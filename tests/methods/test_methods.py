@@ -478,6 +478,13 @@ def test_registry_rejects_duplicates_and_unknown_names():
     ):
         get_method("ppo")
     assert get_spec("pspo").defaults == {"alpha": 0.1}
+    with pytest.raises(ValueError, match="'kimi15' is an alias of 'dro'"):
+
+        @register_method("kimi15")
+        def shadow(logp, old_logp, advantages, mask):  # pragma: no cover
+            raise AssertionError
+
+    assert "kimi15" not in list_methods()
 
 
 def test_registry_rejects_hyperparameters_without_rules():

@@ -291,6 +291,10 @@ def test_no_mismatch_changes_nothing():
         ("seq_veto", None, True, "name an IS mode"),
         ("token_tis", None, "yes", "true or false"),
         ("none", 2.0, False, "takes no threshold"),
+        (5, None, False, "rollout_correction=5 is invalid; allowed: none, a mode or a list of modes"),
+        (2.5, None, False, "rollout_correction=2.5 is invalid"),
+        ({"mode": "token_tis"}, None, False, "rollout_correction={'mode': 'token_tis'} is invalid"),
+        ([5], None, False, "unknown mode 5"),
     ],
 )
 def test_bad_settings_are_refused_in_one_line(mode, threshold, batch_normalize, message):

@@ -65,16 +65,16 @@ def test_rung_config_runs_the_headline_grid():
 
 
 def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
-    # The paper's numerics (fp32 master weights, bf16 matmuls) in every RL job; the mini's experiments stay fp32.
+    # The paper's numerics (fp32 master weights, bf16 matmuls) in every RL job, as the mini's own experiments since
+    # issue 53 (with eager attention: the CPU's bf16 sdpa kernel is the slow one).
     cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
     experiments = {str(g.get("experiment") or cfg.rl.experiment) for g in cfg.rl.groups}
     assert experiments == {"scale", "scale_offpolicy"}
     for name, base in (("scale", "mini"), ("scale_offpolicy", "mini_offpolicy")):
         run = compose_config(PROJECT_ROOT / "conf", "train", [f"experiment={name}"])
         ref = compose_config(PROJECT_ROOT / "conf", "train", [f"experiment={base}"])
-        assert run.trainer.bf16 is True and ref.trainer.bf16 == "auto"
-        run.trainer.bf16 = "auto"
-        assert run == ref  # bf16 is the only difference from the mini's regime
+        assert run.trainer.bf16 is True and run.model.attn_implementation == "eager"
+        assert run == ref  # the ladder's regime is the mini's
 
 
 @pytest.mark.parametrize(

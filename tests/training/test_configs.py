@@ -6,7 +6,7 @@ import pytest
 
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import CONF_DIR
-from pspo_repro.methods import list_methods
+from pspo_repro.methods import list_methods, method_aliases
 from pspo_repro.training.grpo import UsageError, apply_per_method, check_group_choices
 from pspo_repro.training.settings import group_options
 
@@ -20,7 +20,9 @@ def compose_train():
 
 
 def test_groups_match_registries():
-    assert METHODS == list_methods()
+    assert METHODS == sorted(
+        [*list_methods(), *method_aliases()]
+    )  # conf/method/ also holds the aliases' files
     assert set(MODELS) == {"tiny", "mini_sft", "qwen2p5_0p5b", "qwen2p5_1p5b", "qwen2_math_1p5b"}
 
 
@@ -28,7 +30,7 @@ def test_groups_match_registries():
 @pytest.mark.parametrize("method", METHODS)
 def test_method_x_model_composes(compose_train, model, method):
     cfg = compose_train([f"model={model}", f"method={method}"])
-    assert cfg.model.name == model and cfg.method.name == method
+    assert cfg.model.name == model and cfg.method.name == method_aliases().get(method, method)
     # model=tiny picks the CPU trainer preset; the real models get the paper's settings
     assert cfg.trainer.max_completion_length == (32 if model == "tiny" else 128)
 

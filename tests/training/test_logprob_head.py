@@ -52,7 +52,9 @@ def _batch():
 def _host(bf16: bool, head: str):
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     accelerator = SimpleNamespace(autocast=autocast, is_main_process=True)
-    host = SimpleNamespace(accelerator=accelerator, temperature=TEMPERATURE, logprob_head=head)
+    host = SimpleNamespace(
+        accelerator=accelerator, temperature=TEMPERATURE, logprob_head=head, _skip_rollout_old_logps=False
+    )
     host._completion_logits = MethodType(MethodGRPOTrainer._completion_logits, host)
     return host
 

@@ -24,7 +24,13 @@ class HFBackend:
     name = "hf"
 
     def __init__(
-        self, model_path: str, batch_size: int = 64, device: str = "auto", dtype: str = "auto", **_: Any
+        self,
+        model_path: str,
+        batch_size: int = 64,
+        device: str = "auto",
+        dtype: str = "auto",
+        attn_implementation: str | None = None,
+        **_: Any,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -43,7 +49,13 @@ class HFBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = (
             # safetensors only: a pickled checkpoint (pytorch_model.bin) could run code when loaded
-            AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype, use_safetensors=True)
+            AutoModelForCausalLM.from_pretrained(
+                model_path,
+                dtype=torch_dtype,
+                use_safetensors=True,
+                # null: transformers' default (sdpa); eager: on CPU under bf16, its matmuls beat the sdpa kernel
+                **({"attn_implementation": attn_implementation} if attn_implementation else {}),
+            )
             .to(self.device)
             .eval()
         )
@@ -115,8 +127,12 @@ class HFBackend:
             pad_token_id=self.pad_id,
             use_cache=True,
         )
+        from pspo_repro.training.sampling import cpu_sampling
+
         torch.manual_seed(requests[0].seed)
-        with torch.no_grad():
+        # top_p < 1 (eval.top_p): transformers' filter, the same mask without its full sort; its own token draw
+        # (training.sampling: only the top-p shortcut is exact)
+        with torch.no_grad(), cpu_sampling("multinomial"):
             seqs = self.model.generate(
                 input_ids=ids.to(self.device), attention_mask=mask.to(self.device), generation_config=cfg
             )
