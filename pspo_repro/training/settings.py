@@ -171,7 +171,7 @@ def check_old_logps(cfg: DictConfig, method) -> None:
     t = cfg.trainer
     if t.get("old_logps", "auto") != "first_pass":
         return
-    from pspo_repro.training.trainer import first_pass_problem
+    from pspo_repro.training.trainer_checks import first_pass_problem
 
     why = first_pass_problem(
         use_vllm=bool(t.use_vllm),
@@ -338,7 +338,7 @@ def effective_rollout_correction(cfg: DictConfig, method):
                 " trainer.top_p=1.0, or no correction (method.rollout_correction=none"
                 " trainer.vllm_importance_sampling_correction=false)"
             )
-    from pspo_repro.training.trainer import check_rollout_correction
+    from pspo_repro.training.trainer_checks import check_rollout_correction
 
     try:
         check_rollout_correction(method.name, correction)
