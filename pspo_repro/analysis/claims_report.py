@@ -1,8 +1,8 @@
 """The claims table: each claim of the paper, the toy experiment that tests it, its numbers and a verdict.
 
-``python -m pspo_repro.claims results_dir=<root> out_dir=<root> [spec=conf/claims.yaml]``
+``python -m pspo_repro.claims results_dir=<root> out_dir=<root> [spec=conf/claims/study.yaml]``
 
-The claims, their quotes and the measurements that test them are data (``conf/claims.yaml``, checked whole by
+The claims, their quotes and the measurements that test them are data (``conf/claims/study.yaml``, checked whole by
 ``analysis.claims_spec``); every number is computed from the records under ``results_dir``
 (``analysis.measures``) and each verdict derived by the rule the claim names (``analysis.claims``), so a
 rerun of the experiments rewrites the table and its verdicts together. Writes ``claims.md`` and
@@ -35,7 +35,7 @@ DEFAULT_MODEL = "One tiny model (0.45M parameters)"  # the study's; a spec's ``m
 
 def markdown(
     results: list[dict[str, Any]], root_name: str, selections: list[Selection] | None = None,
-    spec_name: str = "conf/claims.yaml", model: str = DEFAULT_MODEL,
+    spec_name: str = "conf/claims/study.yaml", model: str = DEFAULT_MODEL,
 ) -> str:  # fmt: skip
     """claims.md: the tuning, the summary table, then one section per claim (quote, test, rule, numbers,
     key test with its raw and Holm-adjusted p, verdict). ``spec_name`` and ``model`` name the spec and the
@@ -175,7 +175,9 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     w = csv.DictWriter(text, fieldnames=cols)
     w.writeheader()
     w.writerows(rows)
-    name = f"conf/{spec.name}" if spec.resolve().parent == CONF_DIR.resolve() else spec.name
+    # a spec under conf/ by its path there (conf/claims/study.yaml), any other by its file name
+    conf = CONF_DIR.resolve()
+    name = f"conf/{spec.resolve().relative_to(conf)}" if spec.resolve().is_relative_to(conf) else spec.name
     body = markdown(results, results_dir.name, selections, name, str(checked.get("model") or DEFAULT_MODEL))
     files: dict[Path, str | bytes] = {md: body, table: text.getvalue()}
     png = frontier_figure(results)
@@ -193,7 +195,7 @@ class ClaimsCommand:
 
     results_dir: str | None = None
     out_dir: str | None = None
-    spec: str | None = None  # None: conf/claims.yaml
+    spec: str | None = None  # None: conf/claims/study.yaml
 
 
 ConfigStore.instance().store(name="claims_command", node=ClaimsCommand)
@@ -204,7 +206,7 @@ def _task(cfg: Any) -> int:
     if why := required_error(cfg, ("results_dir", "out_dir")):
         print(f"error: {why}", file=sys.stderr)
         return 2
-    spec = Path(cfg.spec or CONF_DIR / "claims.yaml")
+    spec = Path(cfg.spec or CONF_DIR / "claims" / "study.yaml")
     if not spec.is_file():
         print(f"error: spec={spec} is not a file", file=sys.stderr)
         return 2

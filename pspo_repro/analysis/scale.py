@@ -2,7 +2,7 @@
 
 Every number is computed from the records under each rung's folder (evaluation cells' per-prompt rows, the
 runs' metrics), through the claims machinery (``analysis.measures`` and ``analysis.claims``: the same measurements, key
-tests and rules as the claims study, with conf/claims_scale.yaml). On top of it:
+tests and rules as the claims study, with conf/claims/scale.yaml). On top of it:
 
 - **One Holm family for the ladder**: every rung's headline key tests and claim 13's two key tests are
   corrected together, so no verdict of this table leans on the number of rungs or claims it shows.
@@ -35,7 +35,7 @@ from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
 
-SPEC = CONF_DIR / "claims_scale.yaml"
+SPEC = CONF_DIR / "claims" / "scale.yaml"
 OUTPUTS = ("scale.md", "scale.csv", "scale.png")
 # The rows of the per-method table: a label and the claims run group (tuned: each method at its chosen lr).
 METHOD_ROWS = (
@@ -100,7 +100,7 @@ def habit_rate(rec: Records) -> float:
 
 
 def read_ladder(root: Path, ladder: list[dict[str, Any]], spec: Path = SPEC) -> list[Rung]:
-    """Each base's records (``<root>/<name>``) with conf/claims_scale.yaml's claims measured on them; ``ladder``
+    """Each base's records (``<root>/<name>``) with conf/claims/scale.yaml's claims measured on them; ``ladder``
     gives each base's ``name``, ``params`` (its SFT model's parameter count, from the ladder's pipeline:
     ``pipelines.ladder.ladder_spec``), ``general_of`` and ``sft`` mix."""
     checked = read_spec(spec)
@@ -282,7 +282,7 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
     sizes = [r for r in rungs if not r.general_of]
     out = ["# The claims across model scale (`make scale`)", "",
            "Every number is computed from the rungs' evaluation cells and run records (conf/scale.yaml, "
-           "conf/scale_rung.yaml, conf/claims_scale.yaml; docs/scale.md). Greedy (T = 0) accuracy in %, mean "
+           "conf/pipeline/scale_rung.yaml, conf/claims/scale.yaml; docs/scale.md). Greedy (T = 0) accuracy in %, mean "
            "[95% t interval] over seeds 0-2; each method at the lr it chose on validation (seed 100).", "",
            "## The bases", "",
            "| base | parameters | SFT mix (rewarded / held-out rows) | true acc | reward-style acc | stop-early habit | held-out skill |",

@@ -1,6 +1,6 @@
 """Every CPU pipeline, end to end: ``python -m pspo_repro.mini [pipeline=<grid>]`` runs the grid its config names
 (the driver's settings: conf/mini.yaml; the grids: conf/pipeline/mini.yaml, ``make mini``; study.yaml, ``make
-study``; leaderboard.yaml, ``make leaderboard``; ``--config-name scale_rung``, conf/scale_rung.yaml: each rung
+study``; leaderboard.yaml, ``make leaderboard``; ``pipeline=scale_rung``, conf/pipeline/scale_rung.yaml: each rung
 of ``make scale``).
 
 Stages, each through the project's own entry points so the mini run exercises the GPU grid's code paths:

@@ -1,6 +1,6 @@
 """The model-size ladder end to end (``make scale``, conf/scale.yaml, docs/scale.md).
 
-One rung is a CPU pipeline (``pspo_repro.pipelines.cpu_pipeline``, conf/scale_rung.yaml) in its own folder with
+One rung is a CPU pipeline (``pspo_repro.pipelines.cpu_pipeline``, conf/pipeline/scale_rung.yaml) in its own folder with
 the SFT model's size set by the rung's ``arch``; the general/specialised pair adds a second base of one rung's
 size whose SFT mix differs. Each rung runs as a subprocess (``python -m pspo_repro.mini``), so it resumes and
 compares itself with its committed copy exactly as ``make mini`` does; then ``analysis.scale`` writes the
@@ -104,10 +104,10 @@ def only_rungs(cfg: DictConfig) -> set[str] | None:
 
 
 def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
-    """``python -m pspo_repro.mini --config-name <rung_config>`` for one base, in ``<root>/<name>``."""
+    """``python -m pspo_repro.mini pipeline=<rung_pipeline>`` for one base, in ``<root>/<name>``."""
     quoted = ",".join(f"'{o}'" for o in sft_overrides(base))
     return [
-        sys.executable, "-m", "pspo_repro.mini", "--config-name", str(cfg.rung_config),
+        sys.executable, "-m", "pspo_repro.mini", f"pipeline={cfg.rung_pipeline}",
         f"root={root / base.name}", f"reuse_committed={str(bool(cfg.reuse_committed)).lower()}",
         f"sft.overrides=[{quoted}]", *map(str, cfg.get("rung_args") or []),
     ]  # fmt: skip
@@ -119,8 +119,8 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     # checked: a bad one is refused at once.
     if not isinstance(cfg.get("reuse_committed"), bool):
         raise ScaleError(f"reuse_committed must be true or false, got {cfg.get('reuse_committed')!r}")
-    if not (CONF_DIR / f"{cfg.rung_config}.yaml").is_file():
-        raise ScaleError(f"rung_config={cfg.rung_config!r}: no conf/{cfg.rung_config}.yaml")
+    if not (CONF_DIR / "pipeline" / f"{cfg.rung_pipeline}.yaml").is_file():
+        raise ScaleError(f"rung_pipeline={cfg.rung_pipeline!r}: no conf/pipeline/{cfg.rung_pipeline}.yaml")
     ladder = bases(cfg)
     root = scale_root(cfg)
     only = only_rungs(cfg)

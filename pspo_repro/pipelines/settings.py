@@ -72,7 +72,7 @@ def check_table_settings(cfg: DictConfig) -> None:
     if spec is not None and spec != "":
         if not isinstance(spec, str):
             raise SettingsError(
-                f"aggregate.claims must be a spec file (e.g. claims.yaml) or null, got {spec!r}"
+                f"aggregate.claims must be a spec file (e.g. claims/study.yaml) or null, got {spec!r}"
             )
         path = Path(spec) if Path(spec).is_absolute() else CONF_DIR / spec
         if not path.is_file():

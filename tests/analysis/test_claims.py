@@ -215,12 +215,12 @@ def test_spec_is_checked_whole_before_any_record_is_read(tmp_path, monkeypatch, 
 
 
 def test_the_shipped_and_toy_specs_pass_the_checks(tmp_path):
-    """The checks refuse nothing a real spec uses: conf/claims.yaml and the toy specs of the other tests."""
+    """The checks refuse nothing a real spec uses: conf/claims/study.yaml and the toy specs of the other tests."""
     import toy_records
 
     from pspo_repro.analysis.claims_spec import read_spec
 
-    assert len(read_spec(CONF_DIR / "claims.yaml")["claims"]) >= 14
+    assert len(read_spec(CONF_DIR / "claims" / "study.yaml")["claims"]) >= 14
     assert read_spec(toy_records.spec(tmp_path / "t.yaml", frontier=True, tuning=True))["tuning"]
     (tmp_path / "c.yaml").write_text(CLAIMS_SPEC)
     assert claims_spec.load_spec(tmp_path / "c.yaml")[0]["id"] == "c1"
@@ -319,7 +319,7 @@ def test_compare_recomputes_from_the_cells(tmp_path):
 @pytest.mark.skipif(not (STUDY / "claims.md").is_file(), reason="results/study has no claims table yet")
 def test_committed_claims_table_is_what_the_records_give(tmp_path):
     """results/study/claims.md is regenerated from the committed runs and cells, byte for byte."""
-    claims_report.write(STUDY, tmp_path, CONF_DIR / "claims.yaml")
+    claims_report.write(STUDY, tmp_path, CONF_DIR / "claims" / "study.yaml")
     assert (tmp_path / "claims.md").read_text() == (STUDY / "claims.md").read_text()
     assert_csv_matches(
         (tmp_path / "claims.csv").read_text(), (STUDY / "claims.csv").read_text(), "claims.csv"

@@ -1,5 +1,5 @@
 """A toy model-size ladder every part of ``analysis.scale`` can read in a second: per rung the records
-conf/claims_scale.yaml measures (the lr sweep on seed 100 with its validation rewards, the tuned runs on seeds
+conf/claims/scale.yaml measures (the lr sweep on seed 100 with its validation rewards, the tuned runs on seeds
 0-2, the stale pair, the base's cells on both datasets), with a GR-PSPO - GRPO-clip gap set per rung."""
 
 from __future__ import annotations

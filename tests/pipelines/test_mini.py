@@ -433,7 +433,8 @@ def test_claims_job_only_when_configured(tmp_path):
     assert grid.claims_cmds(_compose([]), tmp_path) == []
     (job,) = grid.claims_cmds(compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study"]), tmp_path)
     assert (
-        job.cmd[2] == "pspo_repro.claims" and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims.yaml'}"
+        job.cmd[2] == "pspo_repro.claims"
+        and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims' / 'study.yaml'}"
     )
     with pytest.raises(pipeline_jobs.StageError, match="aggregate.claims='nope.yaml': no such file"):
         grid.claims_cmds(_compose(["aggregate.claims=nope.yaml"]), tmp_path)

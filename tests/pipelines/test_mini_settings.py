@@ -20,7 +20,7 @@ def _compose(overrides: list[str]):
     [
         ("aggregate.claims=nope.yaml", "aggregate.claims='nope.yaml': no such file"),
         ("aggregate.claims=/no/such/claims.yaml", "looked at /no/such/claims.yaml"),
-        ("aggregate.claims=3", "aggregate.claims must be a spec file (e.g. claims.yaml) or null, got 3"),
+        ("aggregate.claims=3", "aggregate.claims must be a spec file (e.g. claims/study.yaml) or null, got 3"),
         ("aggregate.leaderboard=main", "aggregate.leaderboard must be null or a mapping with keys tag, offpolicy_tag"),
         ("aggregate.leaderboard={tga: x}", "aggregate.leaderboard.tga: not a setting; settings: tag, offpolicy_tag"),
         ("aggregate.leaderboard={tag: ../x}", "aggregate.leaderboard.tag='../x' cannot name"),
@@ -39,7 +39,7 @@ def test_claims_and_leaderboard_settings_are_refused_before_anything_runs(tmp_pa
 def test_good_table_settings_pass():
     for overrides in (
         [],
-        ["aggregate.claims=claims.yaml", "aggregate.leaderboard={tag: '', offpolicy_tag: offpolicy}"],
+        ["aggregate.claims=claims/study.yaml", "aggregate.leaderboard={tag: '', offpolicy_tag: offpolicy}"],
     ):
         pipeline_settings.check_table_settings(_compose(overrides))
 
@@ -84,7 +84,7 @@ def test_a_bad_claims_spec_is_refused_before_anything_runs(tmp_path):
     """The spec's contents are checked with the settings (file, line, claim, field), not in the aggregate
     stage after every run has trained."""
     spec = tmp_path / "claims.yaml"
-    text = (PROJECT_ROOT / "conf" / "claims.yaml").read_text()
+    text = (PROJECT_ROOT / "conf" / "claims" / "study.yaml").read_text()
     spec.write_text(text.replace("tolerance: 0.001", "tolerance: tiny", 1))
     cfg = _compose([f"root={tmp_path / 'r'}", f"aggregate.claims={spec}"])
     with pytest.raises(pipeline_settings.SettingsError) as err:

@@ -43,7 +43,7 @@ def test_rung_command(tmp_path):
     cfg = _compose(["rung_args=['parallel=1']"])
     general = ladder_pipeline.bases(cfg)[-1]
     cmd = ladder_pipeline.rung_cmd(cfg, tmp_path, general)
-    assert cmd[1:5] == ["-m", "pspo_repro.mini", "--config-name", "scale_rung"]
+    assert cmd[1:4] == ["-m", "pspo_repro.mini", "pipeline=scale_rung"]
     assert f"root={tmp_path / 'h128_l2_general'}" in cmd and "reuse_committed=false" in cmd
     sft = next(c for c in cmd if c.startswith("sft.overrides="))
     for part in ("'++model.arch.hidden_size=128'", "'data.n_train=500'", "'data.heldout_n_train=2000'"):
@@ -52,7 +52,7 @@ def test_rung_command(tmp_path):
 
 
 def test_rung_config_runs_the_headline_grid():
-    cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=scale_rung", "root=/tmp/x"])
     runs = grid.rl_runs(cfg, unresolved=True)
     tune = [r for r in runs if r[1].startswith("tune-")]
     assert len(tune) == 12 and {s for *_, s in tune} == {100}  # 4 arms x 3 lrs x 1 selection seed
@@ -67,7 +67,7 @@ def test_rung_config_runs_the_headline_grid():
 def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
     # The paper's numerics (fp32 master weights, bf16 matmuls) in every RL job, as the mini's own experiments since
     # issue 53 (with eager attention: the CPU's bf16 sdpa kernel is the slow one).
-    cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=scale_rung", "root=/tmp/x"])
     experiments = {str(g.get("experiment") or cfg.rl.experiment) for g in cfg.rl.groups}
     assert experiments == {"scale", "scale_offpolicy"}
     for name, base in (("scale", "mini"), ("scale_offpolicy", "mini_offpolicy")):
