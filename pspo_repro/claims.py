@@ -1,11 +1,11 @@
 """``python -m pspo_repro.claims``: the paper's claims, their toy experiments, numbers and verdicts.
 
-The code lives in ``pspo_repro.analysis.claims``; this module only runs it.
+The code lives in ``pspo_repro.analysis.claims_report``; this module only runs it.
 """
 
 if __name__ == "__main__":
     import sys
 
-    from pspo_repro.analysis.claims import main
+    from pspo_repro.analysis.claims_report import main
 
     sys.exit(main())

@@ -1,11 +1,11 @@
-"""``python -m pspo_repro.mini``: the CPU mini-reproduction or the study, end to end (conf/mini.yaml, conf/study.yaml).
+"""``python -m pspo_repro.mini``: a CPU pipeline end to end (the mini-reproduction, the study, the leaderboard).
 
-The code lives in ``pspo_repro.pipelines.mini``; this module only runs it.
+The code lives in ``pspo_repro.pipelines.cpu_pipeline``; this module only runs it.
 """
 
 if __name__ == "__main__":
     import sys
 
-    from pspo_repro.pipelines.mini import main
+    from pspo_repro.pipelines.cpu_pipeline import main
 
     sys.exit(main())

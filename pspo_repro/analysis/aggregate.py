@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import hydra
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
@@ -30,6 +29,7 @@ from pspo_repro.analysis.results_io import (
     run_dirs,
 )
 from pspo_repro.analysis.stats import check_ci_method
+from pspo_repro.analysis.table_formats import to_frame, to_latex, to_markdown
 from pspo_repro.analysis.tables import (
     Names,
     Table,
@@ -39,15 +39,12 @@ from pspo_repro.analysis.tables import (
     main_table,
     seed_counts,
     temperature_table,
-    to_frame,
-    to_latex,
-    to_markdown,
     wilson_refusal,
 )
 from pspo_repro.analysis.units import unit_of
 from pspo_repro.common.atomic import STALE_DIR, recover_folder, write_set
 from pspo_repro.common.output_dirs import folder_problem
-from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
+from pspo_repro.common.paths import PROJECT_ROOT, results_dir
 from pspo_repro.common.redact import redact, redact_files
 from pspo_repro.common.safe_paths import UnsafePathError, check_file_name, check_name, no_symlink_escape
 
@@ -498,8 +495,7 @@ def run(cfg: DictConfig) -> Outputs:
     return outputs
 
 
-@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="aggregate")
-def _hydra_main(cfg: DictConfig) -> None:
+def _task(cfg: DictConfig) -> None:
     """CLI: a one-line error (file listings folded into it) and exit status 2 on invalid input or options."""
     from omegaconf.errors import OmegaConfBaseException
 
@@ -517,11 +513,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     print(redact(outputs.files[summary]), end="")
 
 
-def main() -> None:
-    """Entry point of ``python -m pspo_repro.aggregate``: precheck the overrides, then run Hydra."""
-    from pspo_repro.common.cli import precheck_overrides
-    from pspo_repro.common.paths import absolutize_args
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.aggregate``: ``cli.run_command`` (relative folders as the user
+    meant them, a typo in a key as one line), then Hydra."""
+    from pspo_repro.common.cli import run_command
 
-    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # relative folders: as the user meant them
-    precheck_overrides(PROJECT_ROOT / "conf", "aggregate", sys.argv[1:])  # a typo in a key: one line
-    _hydra_main()
+    return run_command("aggregate", _task)

@@ -1,9 +1,9 @@
-"""The claims spec (``conf/claims.yaml``) read as data and checked whole before any record is read.
+"""The claims spec (``conf/claims/study.yaml``) read as data and checked whole before any record is read.
 
 The spec is a settings file like any config: a broken YAML is named by file and line; a wrong type, a missing
 or unknown key, a measurement id used twice, a rule naming a measurement its claim does not have, text where a
 temperature or a threshold belongs, are each one line naming the file, the line, the claim and the field
-(``conf/claims.yaml:42: claim 'x', measure 'd': a.temperature must be a number >= 0, got 'hot'``), raised
+(``conf/claims/study.yaml:42: claim 'x', measure 'd': a.temperature must be a number >= 0, got 'hot'``), raised
 before the records are read, so a typo costs no minutes of work and never ends in a traceback after it.
 
 Interpolations are not resolved (``${oc.env:HF_TOKEN}`` stays text) and every credential value pasted into

@@ -30,71 +30,28 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.analysis.result_files import ResultsError
+from hydra.core.config_store import ConfigStore
+
 from pspo_repro.analysis.results_io import checked_metrics
-from pspo_repro.analysis.run_records import RunRecord, info_problem, max_grad_norm, read_metrics, read_runs
-from pspo_repro.analysis.stats import Interval, clip_interval, t_interval
-from pspo_repro.analysis.tables import CLIPPED
+from pspo_repro.analysis.run_records import RunRecord, read_runs
+from pspo_repro.analysis.run_stats import COLLAPSE_RATIO, mean_finite, rows_stats
+from pspo_repro.analysis.stats import CLIPPED, Interval, clip_interval, t_interval
 from pspo_repro.common.atomic import write_set
-from pspo_repro.common.cli import parse_key_values, run_writer
+from pspo_repro.common.cli import required_error, run_command, run_writer
 from pspo_repro.common.output_dirs import out_dir_error
 from pspo_repro.common.redact import redact_files
 from pspo_repro.common.safe_paths import check_name
+from pspo_repro.evaluation.cells import cell_paths
 
 log = logging.getLogger(__name__)
-COLLAPSE_RATIO = 0.5
-
-
-def mean_finite(xs: list[float]) -> float:
-    """Mean of the finite values (None and NaN left out); NaN when there are none."""
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else math.nan
-
-
-def run_stats(metrics_path: Path, max_grad_norm: float) -> dict[str, float | bool]:
-    """One run's regime statistics from its ``metrics.jsonl`` (definitions: module docstring), read and
-    checked by ``run_records.read_metrics``."""
-    return rows_stats(read_metrics(metrics_path), max_grad_norm)
-
-
-def rows_stats(rows: list[dict[str, Any]], max_grad_norm: float) -> dict[str, float | bool]:
-    """``run_stats`` of checked metrics lines (every value a finite number or null)."""
-    steps = [r for r in rows if "train/loss" in r]
-    reuse = [r for r in steps if r.get("method/ratio_max") not in (None, 1.0) or r.get("train/behaviour_kl")]
-    rewards = [r["train/reward"] for r in steps if r.get("train/reward") is not None]
-    vals = [r["eval/reward"] for r in rows if r.get("eval/reward") is not None]
-    norms = [r["train/grad_norm"] for r in steps if r.get("train/grad_norm") is not None]
-    first = mean_finite(rewards[:3])
-    last = mean_finite(rewards[-max(1, len(rewards) // 4) :])
-    return {
-        "val_first": vals[0] if vals else math.nan,
-        "val_last": vals[-1] if vals else math.nan,
-        "reward_first": first,
-        "reward_last": last,
-        "zero_grad": mean_finite([r.get("method/zero_grad_frac") for r in steps]),
-        "zero_grad_reuse": mean_finite([r.get("method/zero_grad_frac") for r in reuse]),
-        "ratio_std": mean_finite([r.get("train/ratio_std") for r in reuse]),
-        "behaviour_kl": mean_finite([r.get("train/behaviour_kl") for r in reuse]),
-        "grad_clipped": mean_finite([float(n > max_grad_norm) for n in norms]),
-        "reward_fell": bool(rewards) and last < COLLAPSE_RATIO * first,
-        "steps": len(steps),
-    }
-
-
-def folder_stats(folder: Path, info: dict[str, Any]) -> dict[str, float | bool]:
-    """``run_stats`` of the run in ``folder`` whose run.json is ``info`` (its ``max_grad_norm``); both
-    checked by ``run_records`` (ResultsError naming the file and field)."""
-    if why := info_problem(info):
-        raise ResultsError(f"{folder / 'run.json'}: {why}")
-    rows = read_metrics(folder / "metrics.jsonl", finished=info.get("status") == "finished")
-    return rows_stats(rows, max_grad_norm(info))
 
 
 def _test_acc(results_dir: Path, model: str, method: str, folder: str) -> float | None:
-    cell = results_dir / "eval" / model / method / folder / "synthetic" / "T0.0.json"
+    cell = cell_paths(results_dir / "eval" / model / method / folder / "synthetic", 0.0)["json"]
     if not cell.is_file():
         return None
     metrics, why = checked_metrics(cell, results_dir)  # recomputed from its records, never the stored cache
@@ -252,22 +209,36 @@ def write(results_dir: Path, out_dir: Path, tag: str = "", name: str = "regime")
     return paths
 
 
-KEYS = ("results_dir", "out_dir", "tag", "name")
+@dataclass
+class RegimeCommand:
+    """The ``regime`` command's settings (a schema in Hydra's ConfigStore; each value text, as typed)."""
+
+    results_dir: str | None = None
+    out_dir: str | None = None
+    tag: str = ""
+    name: str = "regime"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pspo_repro.regime results_dir=... out_dir=... [tag=...] [name=...]``; returns the exit code."""
-    args = parse_key_values(sys.argv[1:] if argv is None else argv, KEYS, ("results_dir", "out_dir"))
-    if isinstance(args, str):
-        print(f"error: {args}", file=sys.stderr)
+ConfigStore.instance().store(name="regime_command", node=RegimeCommand)
+
+
+def _task(cfg: Any) -> int:
+    """The Hydra task: the settings checked before anything is read or written, then ``write``."""
+    if why := required_error(cfg, ("results_dir", "out_dir")):
+        print(f"error: {why}", file=sys.stderr)
         return 2
     try:
-        check_name("name", args.get("name") or "regime")
+        check_name("name", cfg.name or "regime")
     except ValueError as exc:  # before anything is read or written
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if why := out_dir_error(args["out_dir"]):  # a file, read-only, a name too long: before any work
+    if why := out_dir_error(cfg.out_dir):  # a file, read-only, a name too long: before any work
         print(f"error: {why}", file=sys.stderr)
         return 2
-    return run_writer(write, Path(args["results_dir"]), Path(args["out_dir"]), args.get("tag", ""),
-                      args.get("name") or "regime")  # fmt: skip
+    return run_writer(write, Path(cfg.results_dir), Path(cfg.out_dir), cfg.tag or "", cfg.name or "regime")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pspo_repro.regime results_dir=... out_dir=... [tag=...] [name=...]`` (a Hydra app:
+    ``cli.run_command``); returns the exit code."""
+    return run_command("regime_command", _task, argv, structured=True, exit_on_error=False)

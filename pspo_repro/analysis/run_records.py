@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.analysis.result_files import ResultsError, read_json, utf8_names
+from pspo_repro.analysis.result_files import ResultsError, utf8_names
 from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.common.run_folder import RunFolder, run_json
 
 RUN_STATUSES = ("running", "finished", "failed")
 RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
@@ -74,7 +75,7 @@ class RunRecord:
         clipping: a norm-clipped share from it is a guess), else None."""
         if "max_grad_norm" in ((self.info.get("config") or {}).get("trainer") or {}):
             return None
-        return (f"{self.folder / 'run.json'}: records no config.trainer.max_grad_norm; its norm-clipped share "
+        return (f"{run_json(self.folder)}: records no config.trainer.max_grad_norm; its norm-clipped share "
                 "is read as clipping off")  # fmt: skip
 
 
@@ -164,7 +165,7 @@ def check_one_model(runs: list[RunRecord]) -> None:
         if seen[1] != key:
             differ = [k for k in MODEL_KEYS if seen[1][k] != key[k]]
             raise ResultsError(
-                f"{seen[0].folder / 'run.json'} and {run.folder / 'run.json'}: runs of different base models "
+                f"{run_json(seen[0].folder)} and {run_json(run.folder)}: runs of different base models "
                 f"under one method folder ({'; '.join(f'config.model.{k} {seen[1][k]!r} vs {key[k]!r}' for k in differ)}), "
                 f"which would be averaged into one row; file each model's runs under runs/<its model name>/"
             )
@@ -176,9 +177,16 @@ def max_grad_norm(info: dict[str, Any]) -> float:
     return float(norm) if norm else math.inf
 
 
-def read_info(path: Path) -> dict[str, Any]:
-    """A run.json read and checked (``info_problem``); ResultsError naming the file and field."""
-    info = read_json(path)
+def read_info(folder: Path) -> dict[str, Any]:
+    """The run.json of the run in ``folder``, read (``RunFolder``) and checked (``info_problem``); ResultsError
+    naming the file and field."""
+    path = run_json(folder)
+    try:
+        info = RunFolder(folder).load()
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or bytes that are not UTF-8
+        raise ResultsError(f"{path}: cannot read JSON ({exc})") from exc
+    if not isinstance(info, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(info).__name__}")
     if why := info_problem(info):
         raise ResultsError(f"{path}: {why}")
     return info
@@ -255,8 +263,8 @@ def read_run(folder: Path, root: Path | None = None, notes: list[str] | None = N
     layout ``runs/{model}/{method}/seed{seed}[-{tag}]`` below ``root``."""
     from pspo_repro.common.run_dir import identity_problem
 
-    info_path = folder / "run.json"
-    info = read_info(info_path) if info_path.is_file() else {}
+    info_path = run_json(folder)
+    info = read_info(folder) if info_path.is_file() else {}
     if info and (why := identity_problem(folder, info, info_path)):
         raise ResultsError(why)
     match = RUN_DIR_RE.match(folder.name)

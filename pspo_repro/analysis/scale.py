@@ -1,8 +1,8 @@
 """The model-size ladder's tables, figure and claim-13 verdict (``make scale``; docs/scale.md).
 
 Every number is computed from the records under each rung's folder (evaluation cells' per-prompt rows, the
-runs' metrics), through the claims machinery (``analysis.claims``: the same measurements, key tests and rules
-as the claims study, with conf/claims_scale.yaml). On top of it:
+runs' metrics), through the claims machinery (``analysis.measures`` and ``analysis.claims``: the same measurements, key
+tests and rules as the claims study, with conf/claims/scale.yaml). On top of it:
 
 - **One Holm family for the ladder**: every rung's headline key tests and claim 13's two key tests are
   corrected together, so no verdict of this table leans on the number of rungs or claims it shows.
@@ -27,13 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.analysis import claims as C
+from pspo_repro.analysis.claims import ALPHA, decide, evaluate, p_text
+from pspo_repro.analysis.claims_spec import read_spec
+from pspo_repro.analysis.measures import Measured, Records, interval_text, m_accuracy, pct, pp
 from pspo_repro.analysis.stats import Interval, holm
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
 
-SPEC = CONF_DIR / "claims_scale.yaml"
+SPEC = CONF_DIR / "claims" / "scale.yaml"
 OUTPUTS = ("scale.md", "scale.csv", "scale.png")
 # The rows of the per-method table: a label and the claims run group (tuned: each method at its chosen lr).
 METHOD_ROWS = (
@@ -56,7 +58,7 @@ class Rung:
     params: int
     general_of: str | None
     sft: dict[str, Any]
-    rec: C.Records
+    rec: Records
     results: list[dict[str, Any]]
     base: dict[str, float] = field(default_factory=dict)
 
@@ -66,25 +68,17 @@ class Rung:
         return f"{self.name} (general)" if self.general_of else self.name
 
 
-def full_arch(arch: dict[str, Any]) -> dict[str, Any]:
-    """``arch`` over conf/sft.yaml's model.arch (the keys a rung leaves out take the SFT stage's values)."""
-    from omegaconf import OmegaConf
-
-    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "sft.yaml").model.arch or {})
-    return {**defaults, **arch}
-
-
 def sft_mix(sft: dict[str, Any]) -> tuple[int, int]:
     """(rewarded-family rows, held-out-skill rows) a base was SFT'ed on: its ``sft`` overrides over the counts the
-    rung pipeline passes (conf/mini.yaml's data sizes, ``pipelines.mini.sft_cmd``)."""
+    rung pipeline passes (conf/pipeline/mini.yaml's data sizes, ``pipelines.grid.sft_cmd``)."""
     from omegaconf import OmegaConf
 
-    data = OmegaConf.load(CONF_DIR / "mini.yaml").data
+    data = OmegaConf.load(CONF_DIR / "pipeline" / "mini.yaml").data
     return (int(sft.get("data.n_train", data.sizes.train)),
             int(sft.get("data.heldout_n_train", (data.get("heldout_sizes") or {}).get("train", 0))))  # fmt: skip
 
 
-def habit_rate(rec: C.Records) -> float:
+def habit_rate(rec: Records) -> float:
     """Share of the base's greedy test answers that are the first worked line's result (the stop-early habit:
     ``sft.premature_answer``), from the base cell's per-prompt answers and the regenerated test problems."""
     import re
@@ -106,24 +100,24 @@ def habit_rate(rec: C.Records) -> float:
 
 
 def read_ladder(root: Path, ladder: list[dict[str, Any]], spec: Path = SPEC) -> list[Rung]:
-    """Each base's records (``<root>/<name>``) with conf/claims_scale.yaml's claims measured on them."""
-    from pspo_repro.training.sft import num_parameters
-
-    checked = C.read_spec(spec)
+    """Each base's records (``<root>/<name>``) with conf/claims/scale.yaml's claims measured on them; ``ladder``
+    gives each base's ``name``, ``params`` (its SFT model's parameter count, from the ladder's pipeline:
+    ``pipelines.ladder.ladder_spec``), ``general_of`` and ``sft`` mix."""
+    checked = read_spec(spec)
     # The ladder's shape first (folders, distinct sizes): a bad one is refused before any record is read.
     names = [str(b["name"]) for b in ladder]
     for name in names:
         if not (root / name).is_dir():
             raise ValueError(f"rung {name}: no results folder {root / name} (run its pipeline: make scale)")
-    params = [num_parameters(full_arch(dict(b["arch"]))) for b in ladder]
+    params = [int(b["params"]) for b in ladder]
     sizes = [(n, p) for n, p, b in zip(names, params, ladder, strict=True) if not b.get("general_of")]
     if len({p for _, p in sizes}) != len(sizes):
         raise ValueError(f"rungs of equal size: {', '.join(f'{n} {p}' for n, p in sizes)}")
     out = []
     for name, size, b in zip(names, params, ladder, strict=True):
-        rec = C.Records.read(root / name)
+        rec = Records.read(root / name)
         rec.check_one_model(f"the ladder's rung {name}")
-        results = C.evaluate(rec, checked["claims"], checked.get("tuning") or {})
+        results = evaluate(rec, checked["claims"], checked.get("tuning") or {})
         rung = Rung(name, size, b.get("general_of"), dict(b.get("sft") or {}), rec, results)
         for key, g in (
             ("true", {"method": "baseline"}),
@@ -172,7 +166,7 @@ def welch(a: list[float], b: list[float]) -> dict[str, float]:
     return {"value": diff, "low": diff - half, "high": diff + half, "p": p, "n": len(a) + len(b)}
 
 
-def measured(rung: Rung, mid: str) -> C.Measured | None:
+def measured(rung: Rung, mid: str) -> Measured | None:
     """A rung's measurement ``mid`` (None when its claim does not measure it)."""
     for r in rung.results:
         if mid in r["measured"]:
@@ -219,14 +213,14 @@ def ladder_holm(rungs: list[Rung], c13: dict[str, Any]) -> float:
             if p is not None and not math.isnan(p):
                 family.append((res, p))
             else:
-                res["p_ladder"], res["verdict_ladder"] = None, C.decide(res["key_test"], None)
+                res["p_ladder"], res["verdict_ladder"] = None, decide(res["key_test"], None)
     for row in c13.values():
         if row["key"]:
             family.append((row, row["p"]))
     adj = holm([p for _, p in family])
     for (obj, _), pa in zip(family, adj, strict=True):
         if "key_test" in obj:
-            obj["p_ladder"], obj["verdict_ladder"] = pa, C.decide(obj["key_test"], pa)
+            obj["p_ladder"], obj["verdict_ladder"] = pa, decide(obj["key_test"], pa)
         else:
             obj["p_holm"] = pa
     return len(family)
@@ -234,7 +228,7 @@ def ladder_holm(rungs: list[Rung], c13: dict[str, Any]) -> float:
 
 def row_verdict(row: dict[str, Any]) -> str:
     """A claim-13 key row's verdict from its Holm-adjusted p and sign."""
-    if row["p_holm"] >= C.ALPHA:
+    if row["p_holm"] >= ALPHA:
         return "not resolved"
     return "supported" if row["value"] > 0 else "contradicted"
 
@@ -263,12 +257,12 @@ def across(verdicts: list[str]) -> str:
 # ---------------------------------------------------------------- output
 
 
-def _iv(m: C.Measured | dict[str, float] | None, signed: bool = False) -> str:
+def _iv(m: Measured | dict[str, float] | None, signed: bool = False) -> str:
     """``mean [low, high]``; an accuracy's interval is cut at [0, 100] % and marked as the claims table does."""
     if m is None:
         return "-"
     v, lo, hi = (m["value"], m["low"], m["high"]) if isinstance(m, dict) else (m.value, m.low, m.high)
-    return C._interval_text(Interval(v, lo, hi, 0, "t"), signed)
+    return interval_text(Interval(v, lo, hi, 0, "t"), signed)
 
 
 def method_table(r: Rung) -> list[tuple[str, str, Any, Any, Any]]:
@@ -277,7 +271,7 @@ def method_table(r: Rung) -> list[tuple[str, str, Any, Any, Any]]:
     for label, g in METHOD_ROWS:
         lr = "2e-3 (regime)" if g.get("tag") == "offpolicy" else r.rec.selection(
             g["method"], "lr", dict(g.get("point") or {})).chosen  # fmt: skip
-        got = [C.m_accuracy(r.rec, {"id": "x", "a": {**g, "dataset": ds}, "metric": metric})
+        got = [m_accuracy(r.rec, {"id": "x", "a": {**g, "dataset": ds}, "metric": metric})
                for ds, metric in (("synthetic", "true_acc"), ("synthetic", "reward_acc"), ("synthetic_heldout", "true_acc"))]  # fmt: skip
         rows.append((label, lr, *got))
     return rows
@@ -288,15 +282,15 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
     sizes = [r for r in rungs if not r.general_of]
     out = ["# The claims across model scale (`make scale`)", "",
            "Every number is computed from the rungs' evaluation cells and run records (conf/scale.yaml, "
-           "conf/scale_rung.yaml, conf/claims_scale.yaml; docs/scale.md). Greedy (T = 0) accuracy in %, mean "
+           "conf/pipeline/scale_rung.yaml, conf/claims/scale.yaml; docs/scale.md). Greedy (T = 0) accuracy in %, mean "
            "[95% t interval] over seeds 0-2; each method at the lr it chose on validation (seed 100).", "",
            "## The bases", "",
            "| base | parameters | SFT mix (rewarded / held-out rows) | true acc | reward-style acc | stop-early habit | held-out skill |",
            "|---|---:|---|---:|---:|---:|---:|"]  # fmt: skip
     for r in rungs:
         mix = " / ".join(map(str, sft_mix(r.sft)))
-        out.append(f"| {r.label} | {r.params:,} | {mix} | {C._pct(r.base['true'])} | {C._pct(r.base['reward'])} | "
-                   f"{C._pct(r.base['habit'])} | {C._pct(r.base['held'])} |")  # fmt: skip
+        out.append(f"| {r.label} | {r.params:,} | {mix} | {pct(r.base['true'])} | {pct(r.base['reward'])} | "
+                   f"{pct(r.base['habit'])} | {pct(r.base['held'])} |")  # fmt: skip
     out += [
         "",
         "Stop-early habit: share of the base's greedy test answers that are the first worked line's result.",
@@ -321,8 +315,8 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
         for r in rungs:
             x = r.results[i]
             key = x["measured"].get(x["verdict"].get("diff") or x["verdict"].get("positive") or "")
-            val = f"{C._pp(key.value)}" if key is not None else "-"
-            cells.append(f"{x['verdict_ladder']} ({val}, p {C._p(x['p_ladder'])})")
+            val = f"{pp(key.value)}" if key is not None else "-"
+            cells.append(f"{x['verdict_ladder']} ({val}, p {p_text(x['p_ladder'])})")
             if not r.general_of:
                 vs.append(x["verdict_ladder"])
         diff = res["verdict"].get("diff")
@@ -342,10 +336,10 @@ def markdown(rungs: list[Rung], c13: dict[str, Any], family: int) -> str:
             "are beside it, not part of the rule.", "",
             "| quantity | estimate (points) | 95% interval | p | Holm p | verdict |", "|---|---:|---|---:|---:|---|"]  # fmt: skip
     for row in c13.values():
-        hp = C._p(row["p_holm"]) if row["key"] else "(beside)"
+        hp = p_text(row["p_holm"]) if row["key"] else "(beside)"
         v = row_verdict(row) if row["key"] else "-"
-        out.append(f"| {row['label']} | {C._pp(row['value'])} | [{C._pp(row['low'])}, {C._pp(row['high'])}] | "
-                   f"{C._p(row['p'])} | {hp} | {v} |")  # fmt: skip
+        out.append(f"| {row['label']} | {pp(row['value'])} | [{pp(row['low'])}, {pp(row['high'])}] | "
+                   f"{p_text(row['p'])} | {hp} | {v} |")  # fmt: skip
     out += ["", f"**Claim 13: {claim13_verdict(c13)}.**", ""]
     return "\n".join(out)
 
@@ -384,7 +378,7 @@ def figure(rungs: list[Rung]) -> bytes:
             for ax, ds in zip(axes, ("synthetic", "synthetic_heldout"), strict=True):
                 xs, ys, lo, hi = [], [], [], []
                 for r in pts:
-                    m = C.m_accuracy(r.rec, {"id": "x", "a": {**g, "dataset": ds}})
+                    m = m_accuracy(r.rec, {"id": "x", "a": {**g, "dataset": ds}})
                     base = r.base["true"] if ds == "synthetic" else r.base["held"]
                     shift = 0.0 if ds == "synthetic" else base
                     k = [x for x, _ in METHOD_ROWS].index(label)

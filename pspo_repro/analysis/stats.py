@@ -46,6 +46,9 @@ class Interval:
         return not (math.isnan(self.low) or math.isnan(self.high))
 
 
+CLIPPED = "§"  # the interval reached past the metric's range (below 0 % or above 100 %) and was cut there
+
+
 def clip_interval(iv: Interval, low: float, high: float) -> Interval:
     """``iv`` cut to a metric's range [``low``, ``high``] (a t interval of an accuracy can reach below 0 %
     or above 100 %, which no accuracy can be); ``clipped`` says whether a bound was cut."""
@@ -74,8 +77,8 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
     if x.size < 2:
         return Interval(mean, math.nan, math.nan, int(x.size), "t_seeds")
     # scipy.stats.sem's and t.interval's own arithmetic (sd with ddof=1 / n**0.5; the standard quantile
-    # times the scale plus the mean), bit for bit: through their wrappers a call took ~0.36 ms against
-    # ~0.013 ms, and the tables and tests make thousands.
+    # times the scale plus the mean), bit for bit, without their wrappers' overhead: the tables and tests
+    # make thousands of calls.
     sem = float(np.std(x, ddof=1) / x.size**0.5)
     if sem == 0.0:
         # scipy returns NaN for scale 0; identical seeds give a degenerate but real interval.

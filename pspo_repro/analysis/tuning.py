@@ -26,6 +26,7 @@ from typing import Any
 
 from pspo_repro.analysis.result_files import ResultsError
 from pspo_repro.analysis.run_records import read_info, read_metrics, read_run
+from pspo_repro.common.run_folder import run_json
 
 VALIDATION_METRIC = "eval/reward"
 
@@ -120,8 +121,8 @@ def select(
             folder = runs_root / method / f"seed{int(seed)}-{vtag}"
             status = None
             try:  # the one reader of run records: run.json and metrics.jsonl checked as every table's are
-                if (folder / "run.json").is_file():
-                    status = read_info(folder / "run.json").get("status")
+                if run_json(folder).is_file():
+                    status = read_info(folder).get("status")
                 if status == "finished":
                     score = best_of(read_run(folder).rows)
             except ResultsError as exc:

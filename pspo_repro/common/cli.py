@@ -1,20 +1,23 @@
-"""Shared command-line helpers: bad input ends as one ``error: ...`` line and exit status 2.
+"""Shared command-line helpers: how every command starts, and bad input as one ``error: ...`` line, exit 2.
+
+``run_command`` is every entry point's start: the checks that need no model (the command's own, relative
+folders made absolute, the overrides, the output folders), then the command as a Hydra app (``--help``,
+``--cfg job``, ``-m``). Hydra reports a bad override (a typo in a key, a wrong type) in five lines ending
+with a hint about ``HYDRA_FULL_ERROR``; ``override_error`` composes the config first and turns that into one
+line that names the override. ``check_number`` is the one number check of every command's settings.
 
 Inside a multirun job that a launcher runs away from the driver process (``-m hydra/launcher=slurm``;
 any launcher but ``basic``) ``fail`` raises ``UsageError`` with that line instead of exiting, so the
 launcher reports the job as failed with the message (the Slurm driver: "failed (the task raised):
 UsageError: ...") rather than a job that died without a result. The basic launcher runs jobs in the
-driver itself, where one line and exit 2 is what the user sees, as in a single run.
-
-Hydra reports a bad override (a typo in a key, a wrong type) in five lines ending with a hint about
-``HYDRA_FULL_ERROR``; ``precheck_overrides`` composes the config first and turns that into one line that
-names the override. No torch imports.
+driver itself, where one line and exit 2 is what the user sees, as in a single run. No torch imports.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +52,13 @@ def fail(message: str) -> None:
 
 
 def check_number(key: str, value: Any, kind: type = float, *, low: float | None = None,
-                 high: float | None = None, low_open: bool = False, high_open: bool = False) -> Any:  # fmt: skip
-    """``value`` as a finite number of ``kind`` within the bounds, else UsageError naming the key, the value
-    and what is allowed. Hydra types ``expected_seeds=abc`` as a string and ``1.9`` as a float: both are
-    refused for an integer setting, as is infinity for any setting."""
+                 high: float | None = None, low_open: bool = False, high_open: bool = False, null: bool = False,
+                 text: bool = False, error: type[Exception] = UsageError) -> Any:  # fmt: skip
+    """``value`` as a finite number of ``kind`` within the bounds, else ``error`` (UsageError) naming the key,
+    the value and what is allowed: the one number check of every command's settings. Hydra types
+    ``expected_seeds=abc`` as a string and ``1.9`` as a float: both are refused for an integer setting, as is
+    infinity for any setting. ``null``: None is allowed (and returned); ``text``: a string that spells a number
+    is read as that number (a quoted ``'0.8'``)."""
     import math
 
     def show(x: float) -> str:
@@ -63,28 +69,42 @@ def check_number(key: str, value: Any, kind: type = float, *, low: float | None 
         lo = "-inf" if low is None else show(low)
         hi = "inf" if high is None else show(high)
         what += f" in {'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (kind is not int or float(value).is_integer())
+    if null:
+        what += " or null"
+    if value is None:
+        if null:
+            return None
+        raise error(f"{key} must be {what}, got null")
+    number = value
+    if text and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    ok = isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number)
+    ok = ok and (kind is not int or float(number).is_integer())
     if ok and low is not None:
-        ok = value > low if low_open else value >= low
+        ok = number > low if low_open else number >= low
     if ok and high is not None:
-        ok = value < high if high_open else value <= high
+        ok = number < high if high_open else number <= high
     if not ok:
-        raise UsageError(f"{key} must be {what}, got {value!r}")
-    return int(value) if kind is int else float(value)
+        raise error(f"{key} must be {what}, got {value!r}")
+    return int(number) if kind is int else float(number)
 
 
-def refuse_secret_args(argv: list[str]) -> None:
-    """Fail when a command-line argument holds a credential's value: Hydra saves the overrides in its log
-    folder and wandb records the command line, so the value would reach files that redaction never sees."""
+def secret_args_error(argv: list[str]) -> str | None:
+    """One line when a command-line argument holds a credential's value (None when none does): Hydra saves
+    the overrides in its log folder and wandb records the command line, so the value would reach files that
+    redaction never sees."""
     from pspo_repro.common.redact import secret_names_in
 
     names = secret_names_in(argv)
-    if names:
-        fail(
-            f"a command-line argument holds the value of {', '.join(names)}; pass credentials through the "
-            f"environment only (e.g. ${{oc.env:{names[0]}}}): the command line is saved in logs"
-        )
+    if not names:
+        return None
+    return (
+        f"a command-line argument holds the value of {', '.join(names)}; pass credentials through the "
+        f"environment only (e.g. ${{oc.env:{names[0]}}}): the command line is saved in logs"
+    )
 
 
 def first_line(exc: BaseException | None) -> str:
@@ -103,7 +123,18 @@ def compose_error(config_dir: Path, config_name: str, overrides: list[str]) -> s
     return _checked_compose(config_dir, config_name, overrides)[0]
 
 
-def _checked_compose(config_dir: Path, config_name: str, overrides: list[str]) -> tuple[str | None, Any]:
+def _initialize(config_dir: Path | None) -> Any:
+    """Hydra's compose API over ``config_dir`` (None: the configs registered in Hydra's ConfigStore)."""
+    from hydra import initialize, initialize_config_dir
+
+    if config_dir is None:
+        return initialize(config_path=None, version_base="1.3")
+    return initialize_config_dir(config_dir=str(config_dir), version_base="1.3")
+
+
+def _checked_compose(
+    config_dir: Path | None, config_name: str, overrides: list[str]
+) -> tuple[str | None, Any]:
     """(``compose_error``'s line, None) or (None, (the overrides it composed, the config with Hydra's settings));
     (None, None) where it leaves the overrides to Hydra."""
     if any(a.startswith("-") for a in overrides):
@@ -114,12 +145,12 @@ def _checked_compose(config_dir: Path, config_name: str, overrides: list[str]) -
         if not a.lstrip("+~").startswith(("hydra.", "hydra/"))
         or a.lstrip("+").startswith("hydra.searchpath=")
     ]
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        with _initialize(config_dir):
             # hydra/<group>=<choice> (launcher, sweeper): the choice must exist (conf/hydra/ or a plugin)
             loader = GlobalHydra.instance().config_loader()
             for arg in overrides:
@@ -178,36 +209,104 @@ def _added_key_error(arg: str, cfg: Any, loader: Any) -> str | None:
     )
 
 
-def compose_config(config_dir: Path, config_name: str, overrides: list[str], **kwargs: Any) -> Any:
+def compose_config(config_dir: Path | None, config_name: str, overrides: list[str], **kwargs: Any) -> Any:
     """``config_name`` from ``config_dir`` composed with ``overrides`` outside a Hydra app (tests,
     scripts); Hydra's global state is cleared before and after, so one composition never leaks into the
     next. ``kwargs`` go to ``hydra.compose`` (e.g. ``return_hydra_config=True``)."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        with _initialize(config_dir):
             return compose(config_name=config_name, overrides=list(overrides), **kwargs)
     finally:
         GlobalHydra.instance().clear()
 
 
-def precheck_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> None:
-    """Exit with a one-line error when ``overrides`` hold a credential (``refuse_secret_args``), do not
-    compose (see ``compose_error``) or would steer Hydra's own folders (see ``hydra_dir_error``)."""
-    refuse_secret_args(overrides)
-    err, composed = _checked_compose(config_dir, config_name, overrides)
-    err = err or hydra_dir_error(config_dir, config_name, overrides, composed)
-    if err:
-        fail(err)
+def override_error(
+    config_dir: Path | None, config_name: str, overrides: list[str], full: bool = True, secrets: bool = True
+) -> str | None:
+    """One line when ``overrides`` hold a credential (``secret_args_error``; only with ``secrets``), do not
+    compose (``compose_error``; only with ``full``) or would steer Hydra's own folders (``hydra_dir_error``);
+    None when they are fine."""
+    if secrets and (err := secret_args_error(overrides)):
+        return err
+    err, composed = _checked_compose(config_dir, config_name, overrides) if full else (None, None)
+    return err or hydra_dir_error(config_dir, config_name, overrides, composed)
 
 
-def precheck_hydra_dirs(config_dir: Path, config_name: str, overrides: list[str]) -> None:
-    """Exit with ``hydra_dir_error``'s one line, if any (entry points without ``precheck_overrides``)."""
-    err = hydra_dir_error(config_dir, config_name, overrides)
+# A command whose config lives in Hydra's ConfigStore (a typed schema, no yaml) writes nothing of Hydra's own:
+# no outputs/ folder, logging to the console only, as the yaml commands set in their files.
+STRUCTURED_HYDRA = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout",
+                    "hydra/hydra_logging=none")  # fmt: skip
+
+
+def run_command(
+    config_name: str, task: Callable[[Any], int | None], argv: list[str] | None = None, *,
+    structured: bool = False, prepare: Callable[[list[str]], list[str]] | None = None,
+    output_folders: str | None = None, compose_check: bool = True, exit_on_error: bool = True,
+    stop_on_sigterm: bool = False,
+) -> int:  # fmt: skip
+    """Start a command: the set-up every entry point shares, then ``task`` as a Hydra app of ``config_name``
+    (``--help``, ``--cfg job``, ``-m`` and any override work as Hydra's); returns the task's exit status.
+
+    In order, before Hydra makes a folder or anything heavy loads: ``prepare(argv)`` (the command's own checks
+    of the raw arguments and rewrites; a UsageError is the one line), relative folders made absolute
+    (``paths.absolutize_args``), the overrides checked (``override_error``: a credential, a typo or bad value,
+    a name that would steer Hydra's folders; ``compose_check=False`` checks the folders only), and the
+    environment's output folders (``output_dirs.env_folders_problem(output_folders)``). A problem is one
+    ``error:`` line and exit status 2 (returned instead when ``exit_on_error`` is false: the table commands
+    report their status to their caller). ``structured``: the config is a schema in Hydra's ConfigStore, not
+    a yaml under conf/. ``stop_on_sigterm``: SIGTERM (a ``kill``, a scheduler) unwinds like Ctrl-C, so a
+    pipeline stops its own children."""
+    import functools
+    import signal
+
+    import hydra
+
+    from pspo_repro.common.output_dirs import env_folders_problem
+    from pspo_repro.common.paths import CONF_DIR, absolutize_args
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    config_dir = None if structured else CONF_DIR
+    try:
+        args = absolutize_args(prepare(args) if prepare is not None else args)
+    except UsageError as exc:
+        err: str | None = str(exc)
+    else:
+        hydra_args = [*STRUCTURED_HYDRA, *args] if structured else args
+        # A structured command keeps no Hydra log of its command line (output_subdir null), and its outputs
+        # are redacted, so a credential's value there reaches no file: only the yaml commands refuse it.
+        err = override_error(config_dir, config_name, hydra_args, full=compose_check, secrets=not structured)
+        err = err or (env_folders_problem(output_folders) if output_folders else None)
     if err:
-        fail(err)
+        if exit_on_error:
+            fail(err)
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return USAGE_EXIT
+    if stop_on_sigterm:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    status: list[int | None] = [0]
+
+    @functools.wraps(task)  # Hydra names the job after the task's module, as before
+    def run_task(cfg: Any) -> None:
+        status[0] = task(cfg)
+
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else config_name, *hydra_args]
+    try:
+        hydra.main(config_path=None if structured else str(CONF_DIR), config_name=config_name,
+                   version_base="1.3")(run_task)()  # fmt: skip
+    finally:
+        sys.argv = saved
+    return status[0] or 0
+
+
+def required_error(cfg: Any, keys: tuple[str, ...]) -> str | None:
+    """The one line naming the required ``keys`` of a small command that ``cfg`` leaves empty (None: none)."""
+    missing = [k for k in keys if not cfg.get(k)]
+    return f"{', '.join(missing)} required (key=<folder>)" if missing else None
 
 
 # ${a.b} references in hydra.run.dir / hydra.sweep.dir / hydra.sweep.subdir (resolver calls are not names)
@@ -257,7 +356,10 @@ def _override_dirname_error(dirname: str, where: str) -> str | None:
 
 
 def hydra_dir_error(
-    config_dir: Path, config_name: str, overrides: list[str], composed: tuple[list[str], Any] | None = None
+    config_dir: Path | None,
+    config_name: str,
+    overrides: list[str],
+    composed: tuple[list[str], Any] | None = None,
 ) -> str | None:
     """One line when a name Hydra builds its own output folder from is not a plain folder name, else None.
 
@@ -322,25 +424,6 @@ def _override_dirname(job: list[str], job_config: Any) -> str:
     return get_overrides_dirname(
         parsed, exclude_keys=list(opts.exclude_keys), item_sep=opts.item_sep, kv_sep=opts.kv_sep
     )
-
-
-def parse_key_values(
-    argv: list[str], keys: tuple[str, ...], required: tuple[str, ...]
-) -> dict[str, str] | str:
-    """``key=value`` arguments of a small command (regime, claims): the values, or the one-line error.
-
-    Every key must be one of ``keys`` and every ``required`` key must have a non-empty value.
-    """
-    args: dict[str, str] = {}
-    for item in argv:
-        key, sep, value = item.partition("=")
-        if not sep or key not in keys:
-            return f"bad argument {item!r}; expected key=value with key in {', '.join(keys)}"
-        args[key] = value
-    missing = [k for k in required if not args.get(k)]
-    if missing:
-        return f"{', '.join(missing)} required (key=<folder>)"
-    return args
 
 
 def run_writer(write: Any, *args: Any) -> int:

@@ -1,4 +1,5 @@
-"""The training run's folder and ``run.json`` (docs/architecture.md: the contract with evaluation).
+"""Where a training run's folder lives and what names it: its tag, its identity, its checkpoints' integrity
+(docs/architecture.md: the contract with evaluation; its ``run.json`` is ``common.run_folder``'s).
 
 ``results/runs/{model}/{method}/seed{seed}[-{tag}]/``. The tag is empty for default hyperparameters; else a
 short stable string of the ``method.*`` / ``trainer.*`` keys overridden on the command line (values taken
@@ -13,7 +14,6 @@ import json
 import logging
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json, write_text
 from pspo_repro.common.paths import CONF_DIR, results_dir
-from pspo_repro.common.redact import redact
 from pspo_repro.common.safe_paths import check_name, results_path, seed_folder
 
 # Trainer keys that change how a run is observed or stored, not what it learns: never in the tag, and
@@ -207,21 +206,6 @@ def portable_identity(identity: dict[str, Any] | None, folder: Path | str | None
     except ValueError:
         return identity
     return {**identity, "model": {**model, "path": f"<results root>/{rel.as_posix()}"}}
-
-
-def read_run_json(folder: Path) -> dict[str, Any] | None:
-    """The folder's ``run.json``, or None if there is none."""
-    path = folder / "run.json"
-    if not path.exists():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def write_run_json(folder: Path, record: dict[str, Any]) -> None:
-    """Write ``run.json`` atomically, redacted and stamped with ``updated_at``."""
-    record = {**record, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
-    write_json(folder / "run.json", redact(record))
 
 
 # Written into a checkpoint folder by ``callbacks.CheckpointMarkerCallback`` once the Trainer has saved

@@ -2,13 +2,13 @@
 then freeze what the imports made (``gc.freeze``).
 
 Why: importing torch, transformers and TRL makes ~770,000 objects that the collector tracks, and its full
-passes walk all of them, over and over while they load (~1 CPU s of a ~6 s start), and again at every
+passes walk all of them, over and over while they load (a sizeable share of a command's start), and again at every
 ``gc.collect()`` afterwards (transformers' Trainer calls one through accelerate's ``free_memory`` when it
 starts training, TRL more). Frozen objects are skipped by every later pass, and never freed: the modules
 live as long as the process anyway, and the imports' own cyclic garbage (~10,700 objects, ~8 MB for the
-training stack) stays too, rather than paying a full collection (~0.5 s) to free it. Measured side by side
-(scripts/bench_startup.py, docs/benchmarks.md): a four-step tiny training command 1.3-1.4x less CPU, a small
-evaluation 1.5x, the same numbers.
+training stack) stays too, rather than paying a full collection to free it. scripts/bench_startup.py
+measures it side by side (its figures: docs/benchmarks.md): less CPU for a training and an evaluation command,
+the same numbers.
 
 Each command calls this only once its input has passed validation and work is pending, so a refused
 override, a dry run or a finished run still exits before TRL and the model code load, as before.

@@ -45,8 +45,8 @@ class SyntheticConfig:
     """What fixes the generated problems: the seed and the number range (sizes are per call)."""
 
     seed: int = 0
-    # Small ranges keep the arithmetic learnable by the SFT model in ~3 CPU minutes: with 12/6 it reaches
-    # ~34% greedy validation accuracy (with 30/9: 10%), leaving RL room to improve.
+    # Small ranges keep the arithmetic learnable by the mini's short SFT: with 12/6 it reaches ~34% greedy
+    # validation accuracy (with 30/9: 10%), leaving RL room to improve.
     max_number: int = 9  # operands of + and - are in [1, max_number] (a second step's too)
     max_factor: int = 5  # operands of * are in [2, max_factor]
 

@@ -14,299 +14,42 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
-import hashlib
 import json
 import logging
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.common.atomic import atomic_open, write_json
-from pspo_repro.common.paths import CONF_DIR, results_dir
+from pspo_repro.common.atomic import write_json
+from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.provenance import git_sha, package_versions
 from pspo_repro.common.redact import redact
 from pspo_repro.common.safe_paths import (
     UnsafePathError,
-    check_name,
-    check_seed,
-    ensure_under,
-    results_path,
-    seed_folder,
 )
 from pspo_repro.common.startup import EVALUATION_STACK, import_frozen
 from pspo_repro.data.datasets import load_benchmark
 from pspo_repro.data.problems import DataError, Problem
-from pspo_repro.evaluation import metrics
-from pspo_repro.evaluation.metrics import majority_vote
+from pspo_repro.evaluation import cells, metrics
 from pspo_repro.evaluation.settings import (  # the settings checks: their own module, read in one place
     EvalError,
     _precheck_argv,
+    numerics_of,
     sources_of,
     validate,
 )
+from pspo_repro.evaluation.targets import Target, resolve_target
 from pspo_repro.scoring import grading
 from pspo_repro.scoring.authors_reward import authors_gsm8k_reward
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-# Bumped whenever grading changes what a sample scores: a partial shard or final cell graded by another
-# version does not match (the header differs), so no cell mixes two graders. 3: a number inside a larger
-# expression (an exponent, a root, a fraction) is no answer; the authors' reward matches with `regex`.
-GRADER_VERSION = 3
-# 4: a list gold (``answer_kind`` "list", MATH's "70,110") is graded as a list, no longer as one number. Only a
-# cell holding such a row grades differently from 3, so only it carries 4: every other cell, committed ones
-# included, stays valid.
-LIST_GRADER_VERSION = 4
-
-
-def grader_version(problems: list[Problem]) -> int:
-    """The grading version a cell over ``problems`` is graded with (``GRADER_VERSION``, or
-    ``LIST_GRADER_VERSION`` when a row's gold is a list)."""
-    return LIST_GRADER_VERSION if any(p.answer_kind == "list" for p in problems) else GRADER_VERSION
-
 
 PASS_KS = metrics.PASS_KS
 # chunk_size=null: prompts per submission by backend (vLLM batches a whole submission across temperatures).
 CHUNK_SIZE = {"hf": 32, "vllm": 512}
 # Test hook: called after each chunk is appended (fault-injection tests raise from it).
 AFTER_CHUNK_HOOK: Callable[[int], None] | None = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """What is evaluated and under which identity the results are stored."""
-
-    model: str
-    method: str
-    seed: int
-    tag: str
-    run_dir: str | None
-    checkpoint: str  # a local folder or a hub id
-    # With allow_foreign_checkpoint=true: the resolved checkpoint that lies outside the run folder (after
-    # symlinks); its cells carry it as ``foreign_checkpoint`` and aggregation lists them.
-    foreign_checkpoint: str | None = None
-
-
-# ---------------------------------------------------------------- input resolution
-
-
-def _has_tokenizer(folder: Path) -> bool:
-    return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
-
-
-def _check_checkpoint(folder: Path) -> None:
-    if not folder.is_dir():
-        raise EvalError(f"checkpoint not found: {folder}")
-    if not (folder / "config.json").is_file():
-        raise EvalError(f"checkpoint {folder} has no config.json (not a saved model)")
-    if not _has_tokenizer(folder):
-        raise EvalError(f"checkpoint {folder} has no tokenizer files (tokenizer.json/tokenizer_config.json)")
-    # Weights are read as safetensors only: a pickle (pytorch_model.bin) can run code when loaded.
-    shards = sorted(folder.glob("*.safetensors"))
-    if not shards:
-        raise EvalError(f"checkpoint {folder} has no *.safetensors weights (pickled weights are not loaded)")
-    from pspo_repro.common.run_dir import _safetensors_problem
-
-    for shard in shards:
-        if why := _safetensors_problem(shard):
-            raise EvalError(f"checkpoint {folder}: {why}")
-
-
-def _check_finished(info: dict[str, Any], info_path: Path, folder: Path, by_name: bool) -> None:
-    """An unfinished run or a checkpoint without its completion marker is refused (its best checkpoint can
-    still change, or its save was cut short), unless the checkpoint was named with ``checkpoint=``: then
-    one warning line, and the cells record why they are provisional."""
-    from pspo_repro.common.run_dir import COMPLETE_MARKER
-
-    problems = []
-    if info.get("status") != "finished":
-        problems.append(
-            f"the run is {info.get('status', 'of unknown status')!r}, not 'finished' ({info_path})"
-        )
-    if not (folder / COMPLETE_MARKER).is_file():
-        problems.append(f"{folder} has no {COMPLETE_MARKER} (its save may have been cut short)")
-    if not problems:
-        return
-    if not by_name:
-        raise EvalError(
-            f"{'; '.join(problems)}: refusing to write final-looking results; wait for the run to finish, "
-            f"or name a checkpoint with checkpoint=<folder> to evaluate it anyway"
-        )
-    PROVISIONAL[str(folder.resolve())] = "; ".join(problems)
-    print(f"warning: evaluating {folder} as asked by name, although {'; '.join(problems)}", file=sys.stderr)
-
-
-# Checkpoints evaluated although unfinished (named with checkpoint=): resolved path -> why (in their cells).
-PROVISIONAL: dict[str, str] = {}
-
-
-def resolve_target(cfg: Any) -> Target:
-    """The model/checkpoint to evaluate and its result identity, from ``run=`` or ``model=``."""
-    if cfg.run and cfg.model_ref:
-        raise EvalError("give run=<run folder> or model=<name|path|hub id>, not both")
-    local = cfg.get("model_path")
-    if local and not cfg.model_ref:  # with run= it would be ignored
-        raise EvalError("model_path= needs model=<preset>: the folder holds that preset's weights")
-    if cfg.run:
-        return _run_target(cfg)
-    return _model_target(cfg, local)
-
-
-def _run_target(cfg: Any) -> Target:
-    """Step for ``run=``: the run's best checkpoint (or ``checkpoint=``), filed under the run's identity."""
-    run_dir = _find_run_dir(cfg.run)
-    info_path = run_dir / "run.json"
-    info = _read_run_info(info_path)
-    ckpt = cfg.checkpoint or info.get("best_checkpoint")
-    if not ckpt:
-        raise EvalError(f"{info_path} has no best_checkpoint; pass checkpoint=<folder>")
-    if not isinstance(ckpt, str):
-        raise EvalError(f"{info_path}: best_checkpoint must be a folder name, got {ckpt!r}")
-    folder = Path(str(ckpt)).expanduser()
-    folder = folder if folder.is_absolute() else run_dir / folder
-    # Results are filed under the run's identity: only a checkpoint of that run may carry it, unless the user
-    # opts in (allow_foreign_checkpoint=true), and then the cells say so.
-    source = "checkpoint=" if cfg.checkpoint else f"best_checkpoint in {info_path}:"
-    foreign = _foreign_checkpoint(run_dir, folder, source)
-    if foreign and not cfg.get("allow_foreign_checkpoint", False):
-        raise EvalError(
-            f"{foreign}; evaluate another model as model=<folder>, or pass allow_foreign_checkpoint=true to "
-            "file it under this run, its cells marked foreign_checkpoint"
-        )
-    _check_checkpoint(folder)
-    try:  # run.json is a file on disk: its names are untrusted like any other (safe_paths)
-        target = Target(
-            check_name(f"model in {info_path}", info["model"]),
-            check_name(f"method in {info_path}", info["method"]),
-            check_seed(f"seed in {info_path}", info["seed"]),
-            check_name(f"tag in {info_path}", info["tag"]) if info.get("tag") else "",
-            str(run_dir),
-            str(folder.resolve()),
-            str(folder.resolve()) if foreign else None,
-        )
-    except UnsafePathError as exc:
-        raise EvalError(str(exc)) from None
-    from pspo_repro.common.run_dir import identity_problem
-
-    if why := identity_problem(run_dir, info, info_path):  # run.json names the run its folder is
-        raise EvalError(why)
-    _check_finished(info, info_path, folder, by_name=bool(cfg.checkpoint))
-    if foreign:
-        print(f"warning: evaluating a foreign checkpoint as asked (allow_foreign_checkpoint=true): {foreign}; "
-              "its cells are marked foreign_checkpoint", file=sys.stderr)  # fmt: skip
-    return target
-
-
-def _foreign_checkpoint(run_dir: Path, folder: Path, source: str) -> str | None:
-    """Why ``folder`` is not one of ``run_dir``'s own checkpoints (None when it is): it lies outside the run
-    folder as written, or after following symlinks (the folder itself, or any file in it, such as a
-    ``model.safetensors`` linked from another run)."""
-    try:
-        ensure_under(run_dir, folder, source)
-    except UnsafePathError as exc:
-        return f"{exc}, the run folder"
-    home = run_dir.resolve()
-    real = folder.resolve()
-    if real == home or not real.is_relative_to(home):
-        return f"{source} {folder} resolves to {real}, outside the run folder {home} (a symlink)"
-    for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
-        target = p.resolve()
-        if not target.is_relative_to(home):
-            return f"{source} {folder}: {p.relative_to(folder)} resolves to {target}, outside the run folder {home}"
-    return None
-
-
-def _find_run_dir(run: Any) -> Path:
-    """The run folder ``run=`` names: a path, else a folder under ``<results>/runs``."""
-    run_dir = Path(str(run)).expanduser()
-    if not run_dir.is_dir() and (results_dir() / "runs" / str(run)).is_dir():
-        run_dir = results_dir() / "runs" / str(run)
-    if not run_dir.is_dir():
-        raise EvalError(f"run folder not found: {run} (also tried {results_dir() / 'runs' / str(run)})")
-    return run_dir
-
-
-def _read_run_info(info_path: Path) -> dict[str, Any]:
-    """The run's ``run.json``, read as untrusted input: a JSON object with model, method and seed."""
-    if not info_path.is_file():
-        raise EvalError(f"{info_path} not found: not a training run folder")
-    try:
-        info = json.loads(info_path.read_bytes().decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise EvalError(f"{info_path}: malformed JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise EvalError(f"{info_path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    if not isinstance(info, dict):
-        raise EvalError(f"{info_path}: expected a JSON object, got {type(info).__name__}")
-    missing = [k for k in ("model", "method", "seed") if info.get(k) is None]
-    if missing:
-        raise EvalError(f"{info_path}: missing field(s) {', '.join(missing)}")
-    return info
-
-
-def _model_target(cfg: Any, local: Any) -> Target:
-    """``model=``: a model preset, the tiny model, a local folder or a hub id, as a baseline."""
-    if not cfg.model_ref:
-        raise EvalError("nothing to evaluate: give run=<run folder> or model=<name|path|hub id>")
-    if cfg.checkpoint:
-        raise EvalError("checkpoint= selects a checkpoint of a run; use it with run=, or pass model=<path>")
-    name = str(cfg.model_ref)
-    preset = CONF_DIR / "model" / f"{name}.yaml"
-    if local and not ("/" not in name and preset.is_file()):
-        presets = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
-        raise EvalError(
-            f"model_path= gives a preset's weights and needs model=<preset> ({', '.join(presets)}), "
-            f"got model={name}"
-        )
-    if "/" not in name and preset.is_file():
-        return _preset_target(name, preset, local)
-    if name == "tiny":
-        from pspo_repro.training.tiny_model import tiny_model_path
-
-        return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
-    path = Path(name).expanduser()
-    if path.exists():
-        _check_checkpoint(path)
-        try:
-            label = check_name(f"model={name} (its folder name names the results)", path.resolve().name)
-        except UnsafePathError as exc:
-            raise EvalError(str(exc)) from None
-        return Target(label, "baseline", 0, "", None, str(path.resolve()))
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise EvalError(f"model path not found: {name}")
-    try:
-        label = check_name(f"model={name}", name.split("/")[-1])
-    except UnsafePathError as exc:
-        raise EvalError(str(exc)) from None
-    return Target(label, "baseline", 0, "", None, name)  # a hub id
-
-
-def _preset_target(name: str, preset: Path, local: Any) -> Target:
-    """``model=<preset>``: its weights from ``model_path=``, its ``path`` or its ``hub_id``."""
-    # A training model preset (conf/model/<name>.yaml): the same name as its training runs, so the
-    # baseline row lines up with them in tables.
-    from omegaconf import OmegaConf
-
-    spec = OmegaConf.load(preset)
-    # model_path= (the preset's weights from a local folder, offline) before the preset's own path; both
-    # are stored under the preset's name.
-    weights = local or spec.get("path")
-    if weights:
-        path = Path(str(weights)).expanduser()
-        _check_checkpoint(path)
-        return Target(str(spec.name), "baseline", 0, "", None, str(path.resolve()))
-    if spec.get("hub_id"):
-        return Target(str(spec.name), "baseline", 0, "", None, str(spec.hub_id))
-    if name == "tiny":
-        from pspo_repro.training.tiny_model import tiny_model_path
-
-        return Target("tiny", "baseline", 0, "", None, str(tiny_model_path()))
-    raise EvalError(f"{preset} names neither path nor hub_id")
 
 
 def top_k_of(cfg: Any) -> int | None:
@@ -320,43 +63,9 @@ def top_k_of(cfg: Any) -> int | None:
 
 
 def eval_dir(target: Target, dataset: str) -> Path:
-    """``results/eval/{model}/{method}/seed{seed}[-tag]/{dataset}/``: every component checked by
-    ``safe_paths``' name rule and the folder proven to lie under ``results/eval`` (UnsafePathError)."""
-    return results_path(
-        results_dir() / "eval",
-        ("model", target.model),
-        ("method", target.method),
-        ("seed folder", seed_folder(target.seed, target.tag)),
-        ("dataset", dataset),
-    )
-
-
-# The raw completions beside a cell's JSON (``T0.8.json`` -> ``T0.8.completions.jsonl.gz``); the tables
-# read its golds for cells written before per-prompt ``authors_gold`` existed (analysis.results_io).
-COMPLETIONS_SUFFIX = ".completions.jsonl.gz"
-
-
-def cell_paths(folder: Path, temperature: float) -> dict[str, Path]:
-    """The final JSON, the completions and the partial shard of one cell."""
-    stem = f"T{temperature:.1f}"
-    return {
-        "json": folder / f"{stem}.json",
-        "completions": folder / f"{stem}{COMPLETIONS_SUFFIX}",
-        "partial": folder / f"{stem}.partial.jsonl",
-        # Beside the dataset folder, so the cell folder holds only results; never deleted (unlinking a
-        # lock file another process waits on would let a third one take a fresh lock at once).
-        "lock": folder.parent / ".locks" / f"{folder.name}.{stem}.lock",
-    }
-
-
-def rows_sha256(problems: list[Problem]) -> str:
-    """Hash of the problem ids used, in order: two cells compare only if they used the same rows."""
-    return hashlib.sha256("\n".join(p.id for p in problems).encode()).hexdigest()
-
-
-def n_for(temperature: float, n_samples: int) -> int:
-    """One sample at T = 0 (greedy), ``n_samples`` above."""
-    return 1 if temperature == 0 else n_samples
+    """The cell folder of ``target`` on ``dataset`` (``cells.cell_folder``: every component checked by
+    ``safe_paths``' name rule, the folder proven to lie under ``results/eval``; UnsafePathError)."""
+    return cells.cell_folder(target.model, target.method, target.seed, target.tag, dataset)
 
 
 def _grade_one(text: str, problem: Problem) -> dict[str, Any]:
@@ -395,105 +104,7 @@ def grade_samples(problem: Problem, completions: list[Any]) -> dict[str, Any]:
     }
 
 
-def per_prompt_row(record: dict[str, Any]) -> dict[str, Any]:
-    """Per-prompt counts and per-sample lists for the result JSON (enough to recompute every metric)."""
-    s = record["samples"]
-    keys = [x["answer_key"] for x in s]
-    n = len(s)
-    row = {
-        "id": record["id"],
-        "n": n,
-        "reward_correct": sum(x["reward_correct"] for x in s),
-        "true_correct": sum(x["true_correct"] for x in s),
-        # authors_correct: the authors' reward > 0.5, how their evaluation counts a sample correct.
-        "authors_correct": sum(float(x["reward"]) > 0.5 for x in s),
-        "authors_reward_mean": sum(float(x["reward"]) for x in s) / n,
-        # reward_maj: the most frequent final answer (ties: first seen; no answer never wins) is reward-correct.
-        "reward_maj": int(majority_vote(keys, [bool(x["reward_correct"]) for x in s])),
-        # true_maj: more than half of the samples contain the gold somewhere.
-        "true_maj": int(2 * sum(x["true_correct"] for x in s) > n),
-        "mean_length": sum(len(x["token_ids"]) for x in s) / n,
-        **metrics.sample_lists(s),
-        "timeouts": sum(x.get("timed_out", 0) for x in s),
-    }
-    # The gold string the authors' reward read: tables drop the rows whose gold their extractor cannot
-    # parse from the paper-comparable columns, as their maths_plots.py does.
-    gold = record.get("authors_gold") or record.get("gold")
-    if gold is not None:
-        row["authors_gold"] = gold
-    errors = sorted({x["grading_error"] for x in s if x.get("grading_error")})
-    if errors:
-        row["grading_error"] = errors[0]
-    return row
-
-
-def cell_metrics(per_prompt: list[dict[str, Any]]) -> dict[str, float]:
-    """Accuracies over all samples (top-1 at T = 0), pass@k for k <= n, majority votes (ours and the
-    authors' maj@k), best-of-n, first-sample top-1, agreement, unique answers, length (``metrics``)."""
-    return metrics.cell_metrics(per_prompt)
-
-
 # ---------------------------------------------------------------- partial shards
-
-
-def read_partial(path: Path, header: dict[str, Any], wanted: set[str]) -> dict[str, dict[str, Any]]:
-    """Finished prompt records from a partial shard, deduplicated by id (first wins).
-
-    A shard written under different settings is discarded (it would mix incompatible samples); a torn
-    last line (a kill mid-write) is dropped.
-    """
-    if not path.is_file():
-        return {}
-    lines = []
-    for raw in path.read_bytes().splitlines():
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:  # damaged bytes: like a torn line, that record is redone
-            lines.append("")
-    try:
-        first = json.loads(lines[0]) if lines else None
-    except json.JSONDecodeError:
-        first = None
-    if not isinstance(first, dict) or first.get("header") != header:
-        log.warning("%s: written under other settings or unreadable; starting this cell afresh", path)
-        path.unlink()
-        return {}
-    done: dict[str, dict[str, Any]] = {}
-    for line in lines[1:]:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # only the last line can be torn: we append whole lines and fsync each chunk
-        if isinstance(rec, dict) and rec.get("id") in wanted and rec["id"] not in done:
-            done[rec["id"]] = rec
-    return done
-
-
-def append_records(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """Append finished records in one write and fsync (the header line first for a new shard)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fresh = not path.exists() or path.stat().st_size == 0
-    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    if fresh:
-        blob = json.dumps({"header": header}, sort_keys=True) + "\n" + blob
-    with open(path, "a", encoding="utf-8") as fh:
-        if not fresh and fh.tell() > 0:
-            # A torn last line from a kill: terminate it so our records start on their own line.
-            with open(path, "rb") as rd:
-                rd.seek(-1, os.SEEK_END)
-                if rd.read(1) != b"\n":
-                    blob = "\n" + blob
-        fh.write(blob)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def write_completions(path: Path, records: list[dict[str, Any]]) -> None:
-    """The raw completions as gzip JSONL, byte-deterministic (mtime 0, no file name in the header)."""
-    with atomic_open(path, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-            for rec in records:
-                gz.write((json.dumps(rec, sort_keys=True) + "\n").encode())
 
 
 # ---------------------------------------------------------------- the sweep
@@ -510,69 +121,36 @@ class Cell:
     done: dict[str, dict[str, Any]]
 
 
+def _final_matches(path: Path, header: dict[str, Any]) -> bool:
+    """``cells.final_matches`` with its refusal as the command's one-line EvalError."""
+    try:
+        return cells.final_matches(path, header)
+    except cells.CellError as exc:
+        raise EvalError(str(exc)) from None
+
+
 def _header(
     target: Target, cfg: Any, dataset: str, problems: list[Problem], t: float, backend: str
 ) -> dict[str, Any]:
-    """Settings a cell's samples depend on: a partial shard or final file must match them to be reused."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "grader": grader_version(problems),
-        "model": target.model,
-        "method": target.method,
-        "seed": target.seed,
-        "tag": target.tag,
-        "checkpoint": target.checkpoint,
-        "dataset": dataset,
+    """The settings header of one cell (``cells.cell_header``) from the evaluate config."""
+    settings = {
         "split": str(cfg.eval.split),
         "limit": None if cfg.eval.limit is None else int(cfg.eval.limit),
-        "num_prompts": len(problems),
-        "rows_sha256": rows_sha256(problems),
-        "temperature": t,
         "top_p": float(cfg.top_p),
         "top_k": top_k_of(cfg),
         "max_new_tokens": int(cfg.max_new_tokens),
-        "n_samples": n_for(t, int(cfg.n_samples)),
+        "n_samples": int(cfg.n_samples),
         "sampling_seed": int(cfg.sampling_seed),
         "prompt_template": str(cfg.prompt_template),
         "backend": backend,
         # Only a cell read from a named source records it (cells of the default sources keep their keys).
-        **({"source": sources_of(cfg)[dataset]} if dataset in sources_of(cfg) else {}),
+        "source": sources_of(cfg).get(dataset),
         # Only a cell of other numerics than the backend's default records them (older cells stay valid).
-        **({"numerics": numerics_of(cfg)} if backend == "hf" and numerics_of(cfg) else {}),
+        "numerics": numerics_of(cfg) if backend == "hf" else None,
     }
-
-
-OPTIONAL_HEADER_KEYS = ("source", "numerics")
-
-
-def numerics_of(cfg: Any) -> dict[str, str]:
-    """The hf backend's ``dtype`` and ``attn_implementation`` where they are not its defaults (``auto``: bf16 on
-    CUDA, fp32 on CPU; null: transformers' attention); {} otherwise. vLLM takes its own ``vllm.dtype``."""
-    out = {}
-    if str(cfg.get("dtype", "auto")) != "auto":
-        out["dtype"] = str(cfg.dtype)
-    if cfg.get("attn_implementation"):
-        out["attn_implementation"] = str(cfg.attn_implementation)
-    return out
-
-
-def _final_matches(path: Path, header: dict[str, Any]) -> bool:
-    try:
-        existing = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvalError(
-            f"{path}: unreadable result file ({exc}); delete it to evaluate the cell again"
-        ) from None
-    if not isinstance(existing, dict):
-        raise EvalError(f"{path}: not a result file (a JSON {type(existing).__name__}); delete it")
-    # a key a header carries only when it is not the default (source, numerics) must be absent on both or equal
-    keys = [*header, *(k for k in OPTIONAL_HEADER_KEYS if k not in header)]
-    differing = [k for k in keys if existing.get(k) != header.get(k)]
-    if differing:
-        raise EvalError(
-            f"{path} exists with different settings ({', '.join(differing)}); delete it or evaluate under another tag"
-        )
-    return True
+    identity = {"model": target.model, "method": target.method, "seed": target.seed, "tag": target.tag,
+                "checkpoint": target.checkpoint}  # fmt: skip
+    return cells.cell_header(identity, dataset, problems, t, settings)
 
 
 def evaluate(cfg: Any) -> list[dict[str, Any]]:
@@ -592,37 +170,39 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
         for name in datasets
     }
 
-    cells: list[Cell] = []
+    pending: list[Cell] = []
     for name, problems in problems_by_ds.items():
         try:
             folder = eval_dir(target, name)
         except UnsafePathError as exc:
             raise EvalError(str(exc)) from None
         for t in temps:
-            paths = cell_paths(folder, t)
+            paths = cells.cell_paths(folder, t)
             header = _header(target, cfg, name, problems, t, backend_name)
             if paths["json"].is_file() and _final_matches(paths["json"], header):
                 log.info("done already: %s", paths["json"])
                 continue
-            cells.append(Cell(name, t, paths, header, {}))
+            pending.append(Cell(name, t, paths, header, {}))
 
     # The tokenizer loads before any lock file is made: a checkpoint whose tokenizer cannot load (or a hub id
     # offline) is a one-line error with nothing written.
     tokenizer = None
-    if cells:
+    if pending:
         import_frozen(EVALUATION_STACK)  # what the tokenizer and the model load, with the collector paused
         tokenizer = _load_tokenizer(target.checkpoint)
-    pending = {c.dataset for c in cells}
-    encoded = {n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in pending}
+    datasets_pending = {c.dataset for c in pending}
+    encoded = {
+        n: encode_prompts(tokenizer, problems_by_ds[n], str(cfg.prompt_template)) for n in datasets_pending
+    }
     check_context(cfg, target.checkpoint, backend_name, encoded)  # before any lock or model
     with contextlib.ExitStack() as locks:
-        cells = _lock_cells(cells, locks)
-        _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded)
+        pending = _lock_cells(pending, locks)
+        _run_cells(pending, problems_by_ds, cfg, target, backend_name, encoded)
 
     results = []
     for name in datasets:
         for t in temps:
-            results.append(json.loads(cell_paths(eval_dir(target, name), t)["json"].read_text()))
+            results.append(json.loads(cells.cell_paths(eval_dir(target, name), t)["json"].read_text()))
     print_table(results)
     return results
 
@@ -668,14 +248,14 @@ def check_context(cfg: Any, checkpoint: str, backend_name: str, encoded: dict[st
         )
 
 
-def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
+def _lock_cells(pending: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
     """Take each pending cell's lock (``fcntl.flock``, released when ``stack`` closes or the process dies).
 
     Two processes given the same cell (a requeued job racing its first attempt): the second waits for
     the first, then finds the final file and skips the cell, so no cell is generated twice and no
     partial shard gets two writers. Locks are taken in path order (no deadlock between sweeps).
     """
-    for c in sorted(cells, key=lambda c: str(c.paths["lock"])):
+    for c in sorted(pending, key=lambda c: str(c.paths["lock"])):
         c.paths["lock"].parent.mkdir(parents=True, exist_ok=True)
         fh = stack.enter_context(open(c.paths["lock"], "a"))  # closed by the stack
         try:
@@ -683,16 +263,16 @@ def _lock_cells(cells: list[Cell], stack: contextlib.ExitStack) -> list[Cell]:
         except BlockingIOError:
             log.warning("%s is being evaluated by another process: waiting for it", c.paths["json"])
             fcntl.flock(fh, fcntl.LOCK_EX)
-    pending = []
-    for c in cells:
+    left = []
+    for c in pending:
         if c.paths["json"].is_file() and _final_matches(c.paths["json"], c.header):
             log.info("done by another process meanwhile: %s", c.paths["json"])
             continue
-        pending.append(c)
-    return pending
+        left.append(c)
+    return left
 
 
-def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> None:
+def _run_cells(pending, problems_by_ds, cfg, target, backend_name, encoded) -> None:
     """Generate, grade and write every pending cell (the model loads once, only if a cell is pending);
     ``encoded``: each pending dataset's prompts and their token ids (``encode_prompts``)."""
     from omegaconf import OmegaConf
@@ -700,7 +280,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
 
     from pspo_repro.evaluation.backends import Request, make_backend, request_seed
 
-    if cells:
+    if pending:
         backend = make_backend(
             backend_name,
             target.checkpoint,
@@ -716,12 +296,12 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
         log.info("evaluating %s (%s) with the %s backend", target.checkpoint, target.method, backend.name)
         chunk_no = 0
         for name, problems in problems_by_ds.items():
-            ds_cells = [c for c in cells if c.dataset == name]
+            ds_cells = [c for c in pending if c.dataset == name]
             if not ds_cells:
                 continue
             wanted = {p.id for p in problems}
             for c in ds_cells:
-                c.done = read_partial(c.paths["partial"], c.header, wanted)
+                c.done = cells.read_partial(c.paths["partial"], c.header, wanted)
             prompts, prompt_ids = encoded[name]
             size = int(cfg.chunk_size) if cfg.chunk_size is not None else CHUNK_SIZE[backend_name]
             bar = tqdm(
@@ -743,7 +323,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
                         prompts[i],
                         prompt_ids[i],
                         c.temperature,
-                        n_for(c.temperature, int(cfg.n_samples)),
+                        cells.n_for(c.temperature, int(cfg.n_samples)),
                         request_seed(int(cfg.sampling_seed), c.temperature, problems[i].id),
                     )
                     for c, i in todo
@@ -758,7 +338,7 @@ def _run_cells(cells, problems_by_ds, cfg, target, backend_name, encoded) -> Non
                         if cc is c
                     ]
                     if recs:
-                        append_records(c.paths["partial"], c.header, recs)
+                        cells.append_records(c.paths["partial"], c.header, recs)
                         c.done.update({r["id"]: r for r in recs})
                 bar.update(len(todo))
                 chunk_no += 1
@@ -774,23 +354,19 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
     from omegaconf import OmegaConf
 
     records = [c.done[p.id] for p in problems]
-    per_prompt = [per_prompt_row(r) for r in records]
-    write_completions(c.paths["completions"], records)
-    result = {
-        **c.header,
+    cells.write_completions(c.paths["completions"], records)
+    fields: dict[str, Any] = {
         "run_dir": target.run_dir,
         # The resolved config can hold a credential (an ${oc.env:...} interpolation): never store it.
         "config": redact(OmegaConf.to_container(cfg, resolve=True)),
         "versions": package_versions(),
         "git_sha": git_sha(),
-        "per_prompt": per_prompt,
-        "metrics": cell_metrics(per_prompt),
     }
-    if target.checkpoint in PROVISIONAL:  # asked for by name (checkpoint=) although unfinished
-        result["provisional"] = PROVISIONAL[target.checkpoint]
+    if target.provisional:  # asked for by name (checkpoint=) although unfinished
+        fields["provisional"] = target.provisional
     if target.foreign_checkpoint:  # allow_foreign_checkpoint=true: not a checkpoint of the filing run
-        result["foreign_checkpoint"] = target.foreign_checkpoint
-    write_json(c.paths["json"], result)
+        fields["foreign_checkpoint"] = target.foreign_checkpoint
+    write_json(c.paths["json"], cells.final_record(c.header, records, **fields))
     c.paths["partial"].unlink(missing_ok=True)
     log.info("wrote %s", c.paths["json"])
 
@@ -824,32 +400,27 @@ def print_table(results: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- CLI
 
 
-def _hydra_main() -> None:
-    import hydra
+def _task(cfg: Any) -> None:
+    """The Hydra task: the sweep, its bad input as one line (exit 2)."""
+    from omegaconf.errors import OmegaConfBaseException
 
-    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="evaluate")
-    def _run(cfg: Any) -> None:
-        from omegaconf.errors import OmegaConfBaseException
+    from pspo_repro.common.cli import fail, first_line
 
-        from pspo_repro.common.cli import fail, first_line
+    try:
+        evaluate(cfg)
+    except (EvalError, DataError) as exc:
+        fail(str(exc))
+    except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
+        fail(f"bad config value: {first_line(exc)}")
+    except OSError as exc:
+        import errno
 
-        try:
-            evaluate(cfg)
-        except (EvalError, DataError) as exc:
-            fail(str(exc))
-        except OmegaConfBaseException as exc:  # an ${oc.env:UNSET} resolved only when read
-            fail(f"bad config value: {first_line(exc)}")
-        except OSError as exc:
-            import errno
-
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
-                raise
-            # A read-only or full results folder: one line naming what could not be written.
-            fail(
-                f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
-            )
-
-    _run()
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            raise
+        # A read-only or full results folder: one line naming what could not be written.
+        fail(
+            f"cannot write {exc.filename or 'the results folder'}: {exc.strerror or exc} (check PSPO_RESULTS_DIR)"
+        )
 
 
 def rewrite_overrides(argv: list[str]) -> list[str]:
@@ -873,20 +444,20 @@ def compose_config(overrides: list[str]) -> Any:
     return compose_in(CONF_DIR, "evaluate", rewrite_overrides(overrides))
 
 
-def main() -> None:
-    """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``."""
-    from pspo_repro.common.cli import fail, precheck_overrides
+def _checked_argv(argv: list[str]) -> list[str]:
+    """An unknown ``eval=<name>`` refused before Hydra (its error spans lines), then ``rewrite_overrides``."""
+    from pspo_repro.common.cli import UsageError
 
     try:
-        _precheck_argv(sys.argv[1:])
+        _precheck_argv(argv)
     except EvalError as exc:
-        fail(str(exc))
-    from pspo_repro.common.paths import absolutize_args
+        raise UsageError(str(exc)) from None
+    return rewrite_overrides(argv)
 
-    sys.argv = [sys.argv[0], *absolutize_args(rewrite_overrides(sys.argv[1:]))]
-    precheck_overrides(CONF_DIR, "evaluate", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
-    from pspo_repro.common.output_dirs import env_folders_problem
 
-    if why := env_folders_problem("eval"):  # before any model loads or cell is started
-        fail(why)
-    _hydra_main()
+def main() -> int:
+    """``python -m pspo_repro.evaluate [run=...|model=...] [eval=...] [key=value ...]``: ``cli.run_command``
+    (bad input in one line before any model loads or cell is started), then Hydra."""
+    from pspo_repro.common.cli import run_command
+
+    return run_command("evaluate", _task, prepare=_checked_argv, output_folders="eval")

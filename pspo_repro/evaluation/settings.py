@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pspo_repro.common.cli import check_number
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.data.datasets import get_spec
+from pspo_repro.evaluation.cells import cell_name
 
 
 class EvalError(ValueError):
@@ -21,17 +23,9 @@ class EvalError(ValueError):
 
 
 def _number(key: str, value: Any, kind: type = float) -> Any:
-    """``value`` as a finite number of ``kind`` (int: no fractional part), else a one-line EvalError."""
-    allowed = "an integer" if kind is int else "a number"
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise EvalError(f"{key} must be {allowed}, got {value!r}")
-    try:
-        x = float(value)
-    except ValueError:
-        raise EvalError(f"{key} must be {allowed}, got {value!r}") from None
-    if x != x or x in (float("inf"), float("-inf")) or (kind is int and not x.is_integer()):
-        raise EvalError(f"{key} must be {allowed}, got {value!r}")
-    return int(x) if kind is int else x
+    """``value`` as a finite number of ``kind`` (int: no fractional part; a string that spells one is read as
+    it), else a one-line EvalError (``cli.check_number``)."""
+    return check_number(key, value, kind, text=True, error=EvalError)
 
 
 # Upper bounds checked before anything loads: a typo such as n_samples=1e9 would otherwise pass as an
@@ -77,7 +71,7 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
         if float(f"{t:.1f}") != t:
             raise EvalError(
                 f"temperature {t:g} cannot be filed exactly (cells are named T{{t:.1f}}.json, it would be "
-                f"T{t:.1f}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
+                f"{cell_name(t)}.json); allowed: multiples of 0.1 such as 0.0, 0.2, 0.8"
             )
     labels = [f"{t:.1f}" for t in temps]
     if len(set(labels)) != len(labels):
@@ -131,6 +125,17 @@ def _precheck_argv(argv: list[str]) -> None:
             if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
                 allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
                 raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
+
+
+def numerics_of(cfg: Any) -> dict[str, str]:
+    """The hf backend's ``dtype`` and ``attn_implementation`` where they are not its defaults (``auto``: bf16 on
+    CUDA, fp32 on CPU; null: transformers' attention); {} otherwise. vLLM takes its own ``vllm.dtype``."""
+    out = {}
+    if str(cfg.get("dtype", "auto")) != "auto":
+        out["dtype"] = str(cfg.dtype)
+    if cfg.get("attn_implementation"):
+        out["attn_implementation"] = str(cfg.attn_implementation)
+    return out
 
 
 def sources_of(cfg: Any) -> dict[str, str]:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import sys
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from pspo_repro.common.cli import run_command
 from pspo_repro.explore.runner import run
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="explore")
-def main(cfg: DictConfig) -> None:
-    """Entry point of ``python -m pspo_repro.explore``; a failed check exits non-zero."""
-    code = run(cfg, overrides=list(HydraConfig.get().overrides.task))
-    if code:
-        sys.exit(code)  # SystemExit passes through Hydra: the exit code reaches the shell
+def _task(cfg: DictConfig) -> int:
+    """The Hydra task: the explorer; a failed check is a non-zero exit status."""
+    return run(cfg, overrides=list(HydraConfig.get().overrides.task))
+
+
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.explore`` (``cli.run_command``, then Hydra)."""
+    return run_command("explore", _task)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

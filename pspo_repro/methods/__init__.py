@@ -12,34 +12,9 @@ Usage (the trainer)::
 ASPO's, Archer's and ERC's entropies, ERC's old_entropies).
 """
 
-# Importing the method modules registers them (order irrelevant: names are unique).
-from pspo_repro.methods import (  # noqa: F401
-    aspo,
-    bapo,
-    bypass,
-    cispo,
-    clip,
-    cov,
-    dcpo,
-    decoupled,
-    dppo,
-    dro,
-    erc,
-    gmpo,
-    gpg,
-    gppo,
-    gspo,
-    luspo,
-    m2po,
-    m2po_areal,
-    noclip,
-    p3o,
-    prime,
-    pspo,
-    sapo,
-    topr,
-    vespo,
-)
+import importlib
+import pkgutil
+
 from pspo_repro.methods.aggregation import AGGREGATION_MODES, aggregate
 from pspo_repro.methods.base import LOG_RATIO_CLAMP, MethodOutput
 from pspo_repro.methods.registry import (
@@ -58,6 +33,12 @@ from pspo_repro.methods.registry import (
     register_method,
     validate_params,
 )
+
+# Importing every module of the package registers the methods it defines (``@register_method``), so a new
+# method file joins the registry with no edit here (docs/adding_a_method.md); order is irrelevant: names are
+# unique and listed sorted.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "AGGREGATION_MODES",

@@ -27,7 +27,7 @@ def soft_gate(ratio: torch.Tensor, tau: torch.Tensor | float) -> tuple[torch.Ten
 
 
 # A gate weight below this is a gradient "that vanishes": under a tenth of noclip's on that token (GR-PSPO's
-# weight is the constant 1 - alpha = 0.9 at its default; claim 10 of conf/claims.yaml reads the share below it).
+# weight is the constant 1 - alpha = 0.9 at its default; claim 10 of conf/claims/study.yaml reads the share below it).
 GATE_SMALL = 0.1
 
 

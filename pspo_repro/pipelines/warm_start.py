@@ -2,7 +2,7 @@
 has already imported the ML stack (``warm_start: true`` in conf/mini.yaml, the default).
 
 A stage job in a fresh interpreter spends most of its seconds in a small run importing torch, transformers and
-TRL (4-7 CPU s per job, docs/benchmarks.md). The standard library's forkserver (``multiprocessing`` start
+TRL (docs/benchmarks.md measures it). The standard library's forkserver (``multiprocessing`` start
 method ``forkserver``, ``set_forkserver_preload``) imports them once, in a clean process started for this
 pipeline run with the jobs' own environment, and forks a copy of itself per job. The copy runs the job's
 entry point as ``python -m`` would: the same module as ``__main__``, arguments, environment, working folder,

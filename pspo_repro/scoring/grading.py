@@ -33,9 +33,20 @@ from fractions import Fraction
 
 from pspo_repro.data.datasets import last_boxed
 from pspo_repro.data.problems import list_items
+from pspo_repro.scoring.numbers import (
+    DIGIT_BEFORE_RE,
+    FRAC_ANY_RE,
+    argument_mask,
+    find_numbers,
+    gold_tolerance,
+    in_expression,
+    leading_number,
+    numbers_equal,
+    parse_number,
+)
 
-# Per-item bound on a math-verify parse+verify (seconds). Typical cost is ~0.3 ms; rare symbolic
-# comparisons take ~100 ms; pathological inputs can take far longer, hence a bound.
+# Per-item bound on a math-verify parse+verify (seconds): a typical item is far below it, a rare symbolic
+# comparison takes longer, and a pathological input can take unboundedly long, hence a bound.
 MATH_VERIFY_TIMEOUT_S = 5.0
 # Upper bound on candidate spans tried by true_correct for LaTeX golds, so a long response cannot
 # cost thousands of math-verify calls.
@@ -44,10 +55,6 @@ MAX_LATEX_CANDIDATES = 64
 # past it, the remaining comparisons count as "not shown equivalent". Numeric and text golds never use it.
 GRADE_BUDGET_S = 5.0
 
-# A number as written in prose: optional sign (only when it is not a subtraction "16-3"), digits with
-# valid thousands grouping or plain digits, optional decimals, optional /denominator, optional %.
-_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d{1,4}(?![\d.]))?(?:/\d+)?%?"
-_NUMBER_RE = re.compile(r"(?:(?<![\w)\].])-)?(?<![\w.,])" + _NUM)
 # The authors' regex for the fallback "last number" (paper-notes section 2), used by their reward only.
 _AUTHORS_NUMBER_RE = re.compile(r"[-+]?(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?")
 _AUTHORS_FORMAT_RE = re.compile(r"####\s*\d+[^\n]+")
@@ -90,78 +97,6 @@ def all_boxed(text: str) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------- numbers inside larger expressions
-
-# A number that is only part of an expression is no answer: the base or exponent of ``^`` ("10^2"), a
-# subscript, the argument or coefficient of ``\\sqrt`` ("3\\sqrt{2}"), a numerator or denominator
-# ("\\frac{\\sqrt{6}}{6}"), the mantissa of "2.5 \\times 10^{-6}", a number before a superscript digit
-# (U+00B2 ...). A degree sign ("6^\\circ") is no power.
-_ARG_COMMANDS = frozenset({"frac", "dfrac", "tfrac", "cfrac", "sqrt", "binom", "dbinom", "tbinom"})
-_FUNCTION_COMMANDS = frozenset({"log", "ln", "lg", "exp", "sin", "cos", "tan", "cot", "sec", "csc"})
-_OPERAND_AFTER = _ARG_COMMANDS | _FUNCTION_COMMANDS  # "\\sqrt 2", "\\log 8"
-_FACTOR_BEFORE = _ARG_COMMANDS | _FUNCTION_COMMANDS | {"pi"}  # "3\\sqrt{2}", "2\\frac{1}{3}", "3\\pi"
-_LATEX_TOKEN_RE = re.compile(r"\\[a-zA-Z]+|\\.|[{}\[\]^_]|[^\s\\{}\[\]^_]+")
-_BEFORE_RE = re.compile(r"(?:[\^_]|\\([a-zA-Z]+))\s*$")
-# group 1: a command after the number; group 2: it opens with words, a unit ("25\\frac{\\text{miles}}{\\text{day}}").
-_AFTER_RE = re.compile(
-    r"\s*(?:(?:\\times|\\cdot|[x*\u00d7\u00b7])\s*10\s*\^|\^(?!\s*\{?\s*\\circ(?![a-zA-Z]))"
-    r"|[\u00b2\u00b3\u00b9\u2070-\u2079]"
-    r"|\\([a-zA-Z]+)(\s*\{\s*\\(?:text|mathrm|mbox|textbf)(?![a-zA-Z]))?)"
-)
-
-
-def _argument_mask(text: str) -> bytearray | None:
-    """1 at each character inside an argument of ``\\frac``/``\\sqrt``/``\\binom`` (``\\sqrt[3]{..}`` too) or
-    of a braced ``^``/``_``; None when there is none."""
-    if "{" not in text:
-        return None
-    mask: bytearray | None = None
-    stack: list[tuple[int, bool, str]] = []  # (content start, is an argument, opener)
-    prev = ""  # the token before: "^"/"_", a command name, "arg" (an argument just closed), else ""
-    for m in _LATEX_TOKEN_RE.finditer(text):
-        tok = m.group(0)
-        if tok == "{" or (tok == "[" and prev == "sqrt"):
-            inside = bool(stack) and stack[-1][1]
-            arg = inside or prev in ("^", "_", "arg") or prev in _ARG_COMMANDS
-            stack.append((m.end(), arg, tok))
-            prev = ""
-        elif stack and (tok, stack[-1][2]) in (("}", "{"), ("]", "[")):
-            start, arg, _ = stack.pop()
-            if arg and not (stack and stack[-1][1]):  # the outermost argument marks its whole span
-                mask = mask or bytearray(len(text))
-                mask[start : m.start()] = b"\x01" * (m.start() - start)
-            prev = "arg" if arg else ""
-        else:
-            prev = tok[1:] if tok[0] == "\\" and tok[1:].isalpha() else tok if tok in "^_" else ""
-    open_args = [start for start, arg, _ in stack if arg]
-    if open_args:  # an argument cut off by the end of the text
-        mask = mask or bytearray(len(text))
-        mask[open_args[0] :] = b"\x01" * (len(text) - open_args[0])
-    return mask
-
-
-def _in_expression(text: str, start: int, end: int, mask: bytearray | None) -> bool:
-    """Whether ``text[start:end]`` (a number) is only part of a larger expression (``mask``: ``_argument_mask``)."""
-    if mask is not None and mask[start]:
-        return True
-    before = _BEFORE_RE.search(text, max(0, start - 32), start)
-    if before and (before.group(1) is None or before.group(1) in _OPERAND_AFTER):
-        return True
-    after = _AFTER_RE.match(text, end)
-    return bool(after) and (
-        after.group(1) is None or (after.group(1) in _FACTOR_BEFORE and not after.group(2))
-    )
-
-
-def find_numbers(text: str) -> list[str]:
-    """Every number written in ``text`` that stands on its own, in order (``1,000``, ``-3``, ``2.5``, ``3/4``,
-    ``20%``, ``2.5e-06``, ``6^\\circ``'s 6); not the parts of a larger expression (``10^2``, ``3\\sqrt{2}``)."""
-    mask = _argument_mask(text)
-    return [
-        m.group(0) for m in _NUMBER_RE.finditer(text) if not _in_expression(text, m.start(), m.end(), mask)
-    ]
-
-
 def extract_final_answer(text: str) -> str | None:
     """The response's final answer: after the last ``####``, else the last ``\\boxed{}``, else what follows
     the last "the answer is", else the last number."""
@@ -176,119 +111,6 @@ def extract_final_answer(text: str) -> str | None:
         return phrase
     numbers = find_numbers(text)
     return numbers[-1] if numbers else None
-
-
-# ---------------------------------------------------------------- numbers
-
-_LATEX_NOISE = re.compile(
-    r"\\[,;!: ]|\\(?:text|mathrm|textbf|mbox)\{[^{}]*\}|\\\$|\$|\\left|\\right|\^\{?\\circ\}?|\s"
-)
-_UNIT_RE = re.compile(r"\\(?:text|mathrm|textbf|mbox)\{[^{}]*\}|\^\{?\\circ\}?")
-_FRAC_RE = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$|^(-?)\\[dt]?frac(\d)(\d)$")
-_PLAIN_RE = re.compile(r"^([-+]?)(" + _NUM + r")\.?$")
-_FRAC_ANY_RE = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{-?\d+\}")
-_DIGIT_BEFORE_RE = re.compile(r"\d\s*$")
-# "2.5 \times 10^{-6}" / "2.5\cdot10^6": scientific notation as LaTeX writes it.
-_TIMES_TEN_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\\(?:times|cdot)10\^\{?([-+]?\d{1,4})\}?$")
-# A number with more digits is no answer to these benchmarks; parsing it is unbounded work on untrusted
-# text (int() refuses > 4300 digits, float() overflows past ~308): such strings are "no number".
-MAX_DIGITS = 100
-# Exponents beyond this are no answer either (Fraction("1e99999") would build a 99999-digit integer).
-MAX_EXPONENT = 400
-_EXP_RE = re.compile(r"[eE]([-+]?\d+)")
-
-
-def _exponent_ok(body: str) -> bool:
-    m = _EXP_RE.search(body)
-    return m is None or abs(int(m.group(1))) <= MAX_EXPONENT
-
-
-def parse_number(s: str) -> Fraction | None:
-    """An exact value for a string that *is* a number (``"1,000"``, ``"$18.00"``, ``"3/4"``, ``"\\frac{1}{2}"``,
-    ``"2.0107e-06"``, ``"2.5 \\times 10^{-6}"``).
-
-    Returns None for anything else (expressions, words). Parsed with ``fractions.Fraction`` only (no
-    eval, no sympy). A percent sign is dropped: "20%" is 20, never 0.2 (golds are written in the unit the
-    question asks for, so accepting N/100 would give false positives). Units after the number
-    ("18 dollars") are ignored only in the ``####`` tail; here the whole string must be the number.
-    """
-    # A unit or degree sign may end (or start) a number; between two numbers it separates them
-    # ("19 \\text{ and }43", "45^\\circ, 135^\\circ" are two answers, not 1943 and 45135).
-    t = _LATEX_NOISE.sub("", _UNIT_RE.sub("\0", s))
-    t = t.replace("{,}", ",").rstrip(".").strip("\0").rstrip(".")
-    if (
-        "\0" in t
-        or t.startswith("\\%")
-        or not t
-        or sum(c.isdigit() for c in t) > MAX_DIGITS
-        or not t.isascii()
-    ):
-        return None
-    t = t.replace("\\%", "%")
-    m = _PLAIN_RE.match(t)
-    if m:
-        body = m.group(2).rstrip("%").replace(",", "")
-        if not _exponent_ok(body):
-            return None
-        try:
-            value = Fraction(body)  # handles "3/4", "2.50" and "2.0107e-06" exactly
-        except (ValueError, ZeroDivisionError):
-            return None
-        return -value if m.group(1) == "-" else value
-    m = _TIMES_TEN_RE.match(t)
-    if m:
-        if abs(int(m.group(2))) > MAX_EXPONENT:
-            return None
-        return Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))
-    m = _FRAC_RE.match(t)
-    if m:
-        sign, num, den = (
-            (m.group(1), m.group(2), m.group(3)) if m.group(2) else (m.group(4), m.group(5), m.group(6))
-        )
-        if int(den) == 0:
-            return None
-        value = Fraction(int(num), int(den))
-        return -value if sign == "-" else value
-    return None
-
-
-def _leading_number(s: str) -> Fraction | None:
-    """The number a ``####`` tail starts with, tolerating units and currency: "$1,200 dollars" -> 1200."""
-    value = parse_number(s)
-    if value is not None:
-        return value
-    t = _LATEX_NOISE.sub(" ", s).strip()
-    m = _NUMBER_RE.search(t)
-    if m is None or m.start() > 2:  # the number must lead ("x = 5" is not a bare numeric answer)
-        return None
-    if _in_expression(t, m.start(), m.end(), _argument_mask(t)):  # "2^{10}", "3\\sqrt{2}": not 2, not 3
-        return None
-    return parse_number(m.group(0))
-
-
-# A gold written with this many significant digits and a fractional part is a binary float's repr
-# (gsm_hard's 3244047.0999999996, 14053029.666666666): the only inexact golds. Any decimal with fewer
-# digits is exactly what its author meant, so it is compared exactly.
-INEXACT_GOLD_DIGITS = 15
-# Relative slack for an inexact gold: a few float64 ulps (2.2e-16) of accumulated rounding, no more.
-INEXACT_GOLD_RTOL = Fraction(1, 10**14)
-_MANTISSA_RE = re.compile(r"^[-+]?(\d*)\.(\d+)$")
-
-
-def gold_tolerance(gold: str) -> Fraction:
-    """Relative tolerance for comparing with ``gold``: 0 (exact) unless the gold itself is inexact."""
-    m = _MANTISSA_RE.match(gold.strip().replace(",", ""))
-    if m is None:  # an integer, a fraction, an exponent form with a short mantissa, LaTeX: exact
-        return Fraction(0)
-    digits = (m.group(1) + m.group(2)).lstrip("0")
-    return INEXACT_GOLD_RTOL if len(digits) >= INEXACT_GOLD_DIGITS else Fraction(0)
-
-
-def numbers_equal(a: Fraction, b: Fraction, rtol: Fraction = Fraction(0)) -> bool:
-    """Equality, exact unless a relative tolerance is given (``gold_tolerance``: only for inexact golds)."""
-    if a == b:
-        return True
-    return bool(rtol) and abs(a - b) <= rtol * max(abs(a), abs(b))
 
 
 # ---------------------------------------------------------------- text answers (ASDiv words and times)
@@ -311,7 +133,7 @@ def _text_equivalent(pred: str, gold: str) -> bool:
         return True
     m = _ORDINAL_RE.match(g)  # "6th": the position written as a number ("6") is the same answer
     if m:
-        value = _leading_number(pred)
+        value = leading_number(pred)
         return value is not None and value == int(m.group(1))
     return False
 
@@ -482,7 +304,7 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
         return choice_label(pred) == _choice_gold(gold)
     g = _gold_number(gold, kind)
     if g is not None:  # a numeric gold is compared numerically only, whatever its kind
-        p = _leading_number(pred) if kind == "numeric" else parse_number(pred)
+        p = leading_number(pred) if kind == "numeric" else parse_number(pred)
         return p is not None and numbers_equal(p, g, gold_tolerance(gold))
     return _latex_equivalent(pred.strip(), gold.strip(), deadline)
 
@@ -598,16 +420,16 @@ def true_correct(
         rtol = gold_tolerance(gold)
         # Also the right-hand side of "x = \\frac{14}{3}" and every LaTeX fraction written inline on its own
         # (not "\\sqrt{\\frac{1}{2}}", not the 1/2 of the mixed number "3\\frac{1}{2}").
-        mask = _argument_mask(response)
+        mask = argument_mask(response)
         fractions = [
             m.group(0)
-            for m in _FRAC_ANY_RE.finditer(response)
-            if not _in_expression(response, m.start(), m.end(), mask)
-            and not _DIGIT_BEFORE_RE.search(response, max(0, m.start() - 16), m.start())
+            for m in FRAC_ANY_RE.finditer(response)
+            if not in_expression(response, m.start(), m.end(), mask)
+            and not DIGIT_BEFORE_RE.search(response, max(0, m.start() - 16), m.start())
         ]
         extra = [c.rsplit("=", 1)[1] for c in candidates if "=" in c] + fractions
         for c in candidates + extra:
-            p = parse_number(c) if kind == "latex" else _leading_number(c)
+            p = parse_number(c) if kind == "latex" else leading_number(c)
             if p is not None and numbers_equal(p, g, rtol):
                 return True
         return False
@@ -633,7 +455,7 @@ def final_answer_key(response: str, kind: str) -> str | None:
     if kind == "list":  # the items' keys, sorted: "110, 70" and "70,110" vote together
         keys = [final_item_key(item) for item in list_items(pred)]
         return ",".join(sorted(dict.fromkeys(keys))) or None
-    value = _leading_number(pred) if kind == "numeric" else parse_number(pred)
+    value = leading_number(pred) if kind == "numeric" else parse_number(pred)
     if value is not None:
         return str(value)
     return None if kind == "numeric" else _normalise_text(pred)
@@ -689,13 +511,13 @@ def gsm8k_numeric_reward(response: str, gold: str) -> float:
     value: Fraction | None = None
     tail = _after_last_hashes(response)
     if tail:
-        value = _leading_number(tail)
+        value = leading_number(tail)
     if value is None:
-        mask = _argument_mask(response)
+        mask = argument_mask(response)
         matches = [
             m.group(0)
             for m in _AUTHORS_NUMBER_RE.finditer(response)
-            if not _in_expression(response, m.start(), m.end(), mask)
+            if not in_expression(response, m.start(), m.end(), mask)
         ]
         value = parse_number(matches[-1]) if matches else None
     score = 0.0

@@ -15,7 +15,6 @@ import errno
 import fcntl
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +23,17 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pspo_repro.common.cli import UsageError, fail, first_line
-from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.common.cli import UsageError, fail, first_line, run_command
 from pspo_repro.common.provenance import git_sha, package_versions
-from pspo_repro.common.redact import redact
 from pspo_repro.common.run_dir import (
     identity_config,
-    last_checkpoint,
-    portable_identity,
-    read_run_json,
     run_folder,
     tag_from_overrides,
-    truncate_metrics,
-    write_run_json,
 )
+from pspo_repro.common.run_folder import RunFolder
 from pspo_repro.common.startup import TRAINING_STACK, import_frozen
+from pspo_repro.training import trainer_schema
+from pspo_repro.training.config_transforms import apply_per_method, apply_run_length
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
     lr_token_budget,
@@ -48,72 +43,6 @@ from pspo_repro.training.settings import (  # the settings checks: their own mod
 log = logging.getLogger("pspo_repro.train")
 # A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
 WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
-
-
-# ---------------------------------------------------------------- config transforms (no torch)
-
-VARIANTS = ("intended", "as_run")
-
-
-def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
-    """Merge ``per_method[<method.name>]`` (experiment files) into cfg, except keys set on the command line.
-
-    ``variant=as_run`` then merges ``per_method_as_run[<method.name>]`` (the values the authors' released
-    script actually ran) and adds ``as_run`` to ``run_tag``, so those runs get their own folders.
-    """
-    variant = cfg.get("variant") or "intended"
-    if variant not in VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; options: {', '.join(VARIANTS)}")
-    tables = [cfg.get("per_method")]
-    if variant == "as_run":
-        as_run = cfg.get("per_method_as_run") or {}
-        if cfg.method.name not in as_run:
-            have = ", ".join(as_run) or "none (choose an experiment=paper_* file)"
-            raise UsageError(
-                f"variant=as_run has no values for method {cfg.method.name!r}; methods with an as-run variant: {have}"
-            )
-        tables.append(as_run)
-        cfg.run_tag = "-".join(t for t in (cfg.get("run_tag") or "", "as_run") if t)
-    given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
-    for table in tables:
-        if not table or cfg.method.name not in table:
-            continue
-        entry = OmegaConf.to_container(table[cfg.method.name], resolve=True)
-        for group, values in entry.items():
-            for key, value in values.items():
-                if f"{group}.{key}" not in given:
-                    OmegaConf.update(cfg, f"{group}.{key}", value, force_add=True)
-
-
-RUN_LENGTHS = ("token_budget", "as_run")
-LR_HORIZONS = ("run", "epochs")
-# The authors' script sets no num_train_epochs, so it trains HF's default of 3 epochs (with no token budget).
-AS_RUN_EPOCHS = 3
-
-
-def apply_run_length(cfg: DictConfig, overrides: list[str]) -> None:
-    """``trainer.length=as_run``: the authors' script's length (3 epochs, no token budget) instead of the
-    paper text's token budget; a token budget or step count on the command line beside it is an error."""
-    t = cfg.trainer
-    length = t.get("length", "token_budget")
-    if length not in RUN_LENGTHS:
-        raise UsageError(f"unknown trainer.length {length!r}; options: {', '.join(RUN_LENGTHS)}")
-    if t.get("lr_horizon", "run") not in LR_HORIZONS:
-        raise UsageError(
-            f"unknown trainer.lr_horizon {t.get('lr_horizon')!r}; options: {', '.join(LR_HORIZONS)}"
-        )
-    if length != "as_run":
-        return
-    given = {ov.split("=", 1)[0].lstrip("+~") for ov in overrides}
-    clash = sorted(given & {"trainer.token_budget", "trainer.max_steps", "trainer.num_train_epochs"})
-    if clash:
-        raise UsageError(
-            f"trainer.length=as_run sets the script's length ({AS_RUN_EPOCHS} epochs, no token budget); "
-            f"drop {', '.join(clash)}"
-        )
-    t.token_budget = None
-    t.max_steps = -1
-    t.num_train_epochs = AS_RUN_EPOCHS
 
 
 def load_data(cfg: DictConfig):
@@ -155,6 +84,9 @@ def to_dataset(problems, tokenizer, template: str, max_prompt_length: int | None
 
 
 def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
+    """TRL's ``GRPOConfig``: the trainer node's ``trl`` keys passed through under their own names
+    (``training.trainer_schema``), and what this run derives (its folder and seed, the precision, the
+    validation and checkpoint strategy, the logger, the method's passes and the reward weights)."""
     from trl import GRPOConfig
 
     from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
@@ -164,63 +96,30 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
     if bf16 and not use_cuda and not native_bf16_cpu():
         log.warning(EMULATED_BF16)
     do_eval = bool(t.eval_steps)
-    report_to = ["wandb"] if cfg.logger.name == "wandb" else []
-    kwargs: dict[str, Any] = dict(
+    return GRPOConfig(
+        **trainer_schema.trl_kwargs(t),
         output_dir=str(folder),
         run_name=str(folder.relative_to(folder.parents[2])),
         seed=cfg.seed,
-        learning_rate=t.learning_rate,
-        per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        num_generations=t.num_generations,
-        max_completion_length=t.max_completion_length,
-        temperature=t.temperature,
-        top_p=t.top_p,
-        beta=t.beta,
-        scale_rewards=t.scale_rewards,
-        mask_truncated_completions=t.mask_truncated_completions,
         num_iterations=method.num_iterations,
         loss_type="dapo",  # unused by MethodGRPOTrainer's loss; TRL only reads it for init checks
         reward_weights=list(cfg.reward.weights) if cfg.reward.get("weights") is not None else None,
-        warmup_steps=t.warmup_steps,
-        lr_scheduler_type=t.lr_scheduler_type,
-        optim=t.optim,
-        weight_decay=t.weight_decay,
-        max_grad_norm=t.max_grad_norm,
         bf16=bf16,
         use_cpu=not use_cuda,
-        gradient_checkpointing=t.gradient_checkpointing,
         max_steps=t.max_steps if t.max_steps and t.max_steps > 0 else -1,
-        num_train_epochs=t.num_train_epochs,
         eval_strategy="steps" if do_eval else "no",
         eval_steps=t.eval_steps if do_eval else None,
         # A step-0 validation is logged only: HF's eval_on_start does not enter best-checkpoint selection.
         eval_on_start=do_eval and bool(t.get("eval_on_start")),
         per_device_eval_batch_size=t.per_device_eval_batch_size or t.per_device_train_batch_size,
         save_strategy="steps",
-        save_steps=t.save_steps,
-        save_total_limit=t.save_total_limit,
         load_best_model_at_end=do_eval,
         metric_for_best_model="eval_reward" if do_eval else None,
         greater_is_better=True if do_eval else None,
-        logging_steps=t.logging_steps,
-        report_to=report_to,
-        disable_tqdm=t.disable_tqdm,
-        log_completions=t.log_completions,
-        use_vllm=t.use_vllm,
-        vllm_mode=t.vllm_mode,
-        vllm_gpu_memory_utilization=t.vllm_gpu_memory_utilization,
-        vllm_server_host=t.get("vllm_server_host", "0.0.0.0"),
-        vllm_server_port=t.get("vllm_server_port", 8000),
-        vllm_server_base_url=t.get("vllm_server_base_url"),
+        report_to=["wandb"] if cfg.logger.name == "wandb" else [],
         # TRL's own correction stays off: the trainer's rollout correction computes it (effective_rollout_correction)
         vllm_importance_sampling_correction=False,
     )
-    if t.get("steps_per_generation"):
-        kwargs["steps_per_generation"] = t.steps_per_generation
-    if t.get("num_generations_eval"):
-        kwargs["num_generations_eval"] = t.num_generations_eval
-    return GRPOConfig(**kwargs)
 
 
 def precision_record(trainer) -> dict[str, Any]:
@@ -255,7 +154,7 @@ def _finish_from_checkpoint(folder: Path, state: dict, record: dict, main_proces
         stop_reason="token_budget",
     )
     if main_process:
-        write_run_json(folder, record)
+        RunFolder(folder).write(record)
         print(
             f"finished: {folder} (the token budget was reached at step {record['final_step']} before a kill)"
         )
@@ -344,23 +243,28 @@ class _Plan:
     resolved: dict[str, Any]  # the composed config, as run.json records it
     identity: dict[str, Any]
 
+    @property
+    def run(self) -> RunFolder:
+        """The run's folder, whose run.json it reads and writes."""
+        return RunFolder(self.folder)
+
 
 def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitStack) -> Path | None:
     """``run``'s steps in order: plan, prepare and lock, check the folder, then train and record."""
     if overrides is None:
         overrides = _hydra_overrides()
     plan = _plan_run(cfg, overrides)
-    # A finished run is reported before the tokenizer and TRL load: rerunning a finished grid costs each job
-    # ~3 CPU s instead of ~6. A finished run.json is final, so it is safe to read without the lock; a run in
-    # any other state is read again under the lock below.
-    if _finished_already(plan, read_run_json(plan.folder)):
+    # A finished run is reported before the tokenizer and TRL load, so rerunning a finished grid costs each
+    # job only the interpreter and the settings checks. A finished run.json is final, so it is safe to read
+    # without the lock; a run in any other state is read again under the lock below.
+    if _finished_already(plan, plan.run.read()):
         return plan.folder
     prepared = None
     if not cfg.get("dry_run"):
         import_frozen(TRAINING_STACK)  # the stack the steps below load, with the collector paused
         prepared = _prepare_and_lock(cfg, plan, locks)
 
-    previous = read_run_json(plan.folder)
+    previous = plan.run.read()
     if _finished_already(plan, previous):
         return plan.folder
     if cfg.get("dry_run"):
@@ -387,7 +291,7 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
     )
     _check_precision(cfg, trainer, record)
     if main_process:
-        write_run_json(plan.folder, record)
+        plan.run.write(record)
     return _train_and_record(trainer, plan.folder, record, resume, nonfinite, budget, stopper)
 
 
@@ -424,21 +328,7 @@ def _prepare_and_lock(cfg: DictConfig, plan: _Plan, locks: contextlib.ExitStack)
 
 def _finished_already(plan: _Plan, previous: dict | None) -> bool:
     """Step 3: refuse a folder of another configuration; True (reported) when this run has finished."""
-    if previous is None:
-        return False
-    # run.json stores it redacted; the SFT base's path is compared relative to each run's results root
-    stored = portable_identity(previous.get("identity"), previous.get("run_dir") or plan.folder)
-    if stored != portable_identity(redact(plan.identity), plan.folder):
-        raise UsageError(
-            f"{plan.folder} holds a run with a different configuration; set run_tag=... or remove the folder"
-        )
-    if previous.get("status") == "finished":
-        if is_main_process():
-            print(
-                f"finished already: {plan.folder} (step {previous.get('final_step')}, best {previous.get('best_checkpoint')})"
-            )
-        return True
-    return False
+    return plan.run.finished_already(plan.identity, previous, announce=is_main_process())
 
 
 def _datasets(cfg: DictConfig, plan: _Plan, tokenizer) -> tuple[Any, Any]:
@@ -460,12 +350,9 @@ def _start_record(
     # Returns the record (later steps update it; the failure hook writes its latest state), the
     # checkpoint to resume from (None: start afresh) and whether this is the main process.
     folder = plan.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    resume = last_checkpoint(folder)
-    step0 = int(resume.name.split("-")[1]) if resume else 0
     main_process = is_main_process()  # only it writes run.json and metrics.jsonl
-    if main_process:
-        truncate_metrics(folder / "metrics.jsonl", step0 if resume else None)
+    resume = plan.run.resume_point(main_process)
+    step0 = int(resume.name.split("-")[1]) if resume else 0
     if resume:
         args.eval_on_start = False  # the curve's step-0 point is logged already; no duplicate at step0
     record = {
@@ -488,16 +375,8 @@ def _start_record(
         "num_tokens": None,
     }
     if main_process:
-        write_run_json(folder, record)
-
-        def mark_failed(exc_type, exc, _tb) -> None:
-            # An exception past this point (not a kill) must not leave run.json saying "running".
-            if exc_type is not None and issubclass(exc_type, Exception):
-                write_run_json(
-                    folder, {**record, "status": "failed", "error": first_line(exc) or exc_type.__name__}
-                )
-
-        locks.push(mark_failed)
+        plan.run.write(record)
+        locks.push(plan.run.failure_hook(record))
     return record, resume, main_process
 
 
@@ -605,7 +484,7 @@ def _train_and_record(
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     except NonFiniteError as exc:
         if trainer.is_world_process_zero():
-            write_run_json(folder, {**record, "status": "failed", "error": str(exc)})
+            RunFolder(folder).write({**record, "status": "failed", "error": str(exc)})
         raise UsageError(str(exc)) from None
 
     state = trainer.state
@@ -626,7 +505,7 @@ def _train_and_record(
         else ("token_budget" if budget and budget.reached else "max_steps"),
     )
     if trainer.is_world_process_zero():
-        write_run_json(folder, record)
+        RunFolder(folder).write(record)
         print(
             f"{record['status']}: {folder} (step {state.global_step}, {record['num_tokens']} tokens, best {record['best_checkpoint']})"
         )
@@ -658,22 +537,13 @@ def _task(cfg: DictConfig) -> None:
         )
 
 
-def main() -> None:
-    """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups/keys, then Hydra."""
-    from pspo_repro.common.paths import absolutize_args
+def _checked_groups(argv: list[str]) -> list[str]:
+    """``argv`` once its ``group=choice`` names are known ones (UsageError listing the options otherwise)."""
+    check_group_choices(argv)
+    return argv
 
-    sys.argv = [sys.argv[0], *absolutize_args(sys.argv[1:])]  # model.path=../w: the folder the user meant
-    try:
-        check_group_choices(sys.argv[1:])
-    except UsageError as exc:
-        fail(str(exc))
-    from pspo_repro.common.cli import precheck_overrides
 
-    precheck_overrides(CONF_DIR, "train", sys.argv[1:])  # a typo in a key: one line, not Hydra's five
-    from pspo_repro.common.output_dirs import env_folders_problem
-
-    if why := env_folders_problem("runs"):  # before Hydra makes its log folder or a run folder is made
-        fail(why)
-    import hydra
-
-    hydra.main(config_path=str(CONF_DIR), config_name="train", version_base="1.3")(_task)()
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.train``: one-line errors for bad groups, keys and output folders
+    (``cli.run_command``: before Hydra makes its log folder or a run folder is made), then Hydra."""
+    return run_command("train", _task, prepare=_checked_groups, output_folders="runs")

@@ -1,8 +1,8 @@
 """Token counts of chat prompts, kept on disk by content: what every training run's prompt-length filter reads.
 
 A run drops the prompts longer than ``trainer.max_prompt_length`` tokens, so it counts the tokens of its whole
-training set before it starts: GSM8K's 7,000 prompts take ~1.7 CPU s with the tiny model's tokenizer, twice
-what its four training steps take (docs/benchmarks.md). The counts depend on nothing but the tokenizer and the
+training set before it starts: for GSM8K's 7,000 prompts and the tiny model that takes longer than a short
+run's training steps (docs/benchmarks.md). The counts depend on nothing but the tokenizer and the
 rendered prompts, so they are kept in ``cache_dir()/prompt_lengths/<sha256 of both>.json`` and read back by
 each later run with the same pair (another seed, method or learning rate). The key covers the tokenizer's whole
 serialised state (vocabulary, merges, added tokens, normaliser), its class, the transformers and tokenizers
@@ -57,7 +57,7 @@ def prompt_lengths(tokenizer: Any, chats: list[list[dict]], folder: Path | None 
 def count(tokenizer: Any, texts: list[str]) -> list[int]:
     """The tokens of each rendered prompt, counted as ``apply_chat_template(..., tokenize=True)`` counts them:
     it renders, then calls the tokenizer on the texts without special tokens (transformers 5.17). One batched
-    call, on the texts already rendered for the key (rendering them again cost ~0.1 s a miss)."""
+    call, on the texts already rendered for the key (so a miss does not render them twice)."""
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 

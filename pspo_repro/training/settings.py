@@ -9,15 +9,14 @@ allowed.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pspo_repro.common.cli import UsageError
+from pspo_repro.common.cli import UsageError, check_number
 from pspo_repro.common.paths import CONF_DIR
+from pspo_repro.training import trainer_schema
 
 # Config groups a user picks by name on the command line (group=choice).
 CHOICE_GROUPS = (
@@ -101,8 +100,8 @@ def import_plugins(modules) -> None:
 def validate(cfg: DictConfig):
     """Check everything that can be checked without a model; returns the parsed method config."""
     import_plugins(cfg.get("plugins") or [])
-    # The settings' own ranges first: they need no torch, which the method registry imports (~2 s), so a
-    # mistyped seed or step count is reported at once.
+    # The settings' own ranges first: they need no torch, which the method registry imports, so a mistyped
+    # seed or step count is reported at once.
     validate_trainer(cfg)
     validate_flags(cfg)
     from pspo_repro.methods import list_methods, parse_method_config
@@ -172,7 +171,7 @@ def check_old_logps(cfg: DictConfig, method) -> None:
     t = cfg.trainer
     if t.get("old_logps", "auto") != "first_pass":
         return
-    from pspo_repro.training.trainer import first_pass_problem
+    from pspo_repro.training.trainer_checks import first_pass_problem
 
     why = first_pass_problem(
         use_vllm=bool(t.use_vllm),
@@ -206,43 +205,11 @@ def warn_reward_data(cfg: DictConfig, funcs: list[str]) -> None:
         )
 
 
-def _num(key: str, value: Any, kind: type = float, *, low: float, high: float | None = None,
-         low_open: bool = False, null: bool = False) -> None:  # fmt: skip
-    """``value`` must be a finite number of ``kind`` in the range given (or null when ``null``), else
-    UsageError naming the key, the value and the range. Infinity is not a number for any setting; an integer
-    setting takes an integer (Hydra reads ``seed=abc`` or ``trainer.max_steps=abc`` as a string)."""
-
-    def show(x: float) -> str:
-        return str(int(x)) if float(x).is_integer() else f"{x:g}"
-
-    rng = f"{'(' if low_open else '['}{show(low)}, {'inf)' if high is None else f'{show(high)}]'}"
-    what = f"{'an integer' if kind is int else 'a number'} in {rng}" + (" or null" if null else "")
-    if value is None:
-        if null:
-            return
-        raise UsageError(f"{key} must be {what}, got null")
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and kind is int:
-        ok = float(value).is_integer()
-    if ok:
-        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
-    if not ok:
-        raise UsageError(f"{key} must be {what}, got {value!r}")
-
-
 # Settings that are booleans. Hydra passes ``trainer.eval_on_start=maybe`` (or ``yes``, ``1``) through as
 # that string or number, which ``bool()`` reads as true: only true and false are accepted.
 BOOL_KEYS = (
     "dry_run",
-    "trainer.eval_on_start",
-    "trainer.mask_truncated_completions",
-    "trainer.gradient_checkpointing",
-    "trainer.log_completions",
-    "trainer.disable_tqdm",
-    "trainer.use_vllm",
-    "trainer.vllm_importance_sampling_correction",
-    "trainer.skip_nonfinite",
-    "trainer.validation_loss",
+    *(f"trainer.{k}" for k in trainer_schema.flags()),
     "model.random_init",
     "model.trust_remote_code",
 )
@@ -286,31 +253,13 @@ def validate_trainer(cfg: DictConfig) -> None:
     from pspo_repro.data.prompts import TEMPLATES
 
     t = cfg.trainer
-    _num("seed", cfg.get("seed"), int, low=0, high=2**32 - 1)  # numpy's and torch's seed range
-    _num("trainer.learning_rate", t.learning_rate, low=0, low_open=True)
-    _num("trainer.temperature", t.temperature, low=0, low_open=True)
-    _num("trainer.top_p", t.top_p, low=0, high=1, low_open=True)
-    _num("trainer.beta", t.beta, low=0)
-    _num("trainer.num_generations", t.num_generations, int, low=2)  # group advantages need G >= 2
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length"):
-        _num(f"trainer.{key}", t[key], int, low=1)
-    for key in ("max_prompt_length", "eval_steps", "steps_per_generation", "per_device_eval_batch_size"):
-        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
-    _num("trainer.save_steps", t.save_steps, int, low=1)
-    _num("trainer.token_budget", t.token_budget, int, low=1, null=True)
-    _num("trainer.max_steps", t.get("max_steps"), int, low=-1, null=True)  # <= 0: num_train_epochs decides
-    _num("trainer.num_train_epochs", t.get("num_train_epochs"), low=0, null=True)
-    _num("trainer.warmup_steps", t.get("warmup_steps", 0), int, low=0)
-    _num("trainer.weight_decay", t.get("weight_decay", 0.0), low=0)
-    # 0 turns norm clipping off (HF); null is refused: HF compares it with 0 at the first optimizer step.
-    _num("trainer.max_grad_norm", t.get("max_grad_norm"), low=0)
-    _num("trainer.logging_steps", t.get("logging_steps", 1), int, low=1)
-    for key in ("eval_limit", "stop_after_step", "save_total_limit", "num_generations_eval"):
-        _num(f"trainer.{key}", t.get(key), int, low=1, null=True)
-    _num("trainer.vllm_gpu_memory_utilization", t.get("vllm_gpu_memory_utilization", 0.3), low=0, high=1,
-         low_open=True)  # fmt: skip
-    _num("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
-    _num("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
+    check_number("seed", cfg.get("seed"), int, low=0, high=2**32 - 1)  # numpy's and torch's seed range
+    for key, m in trainer_schema.numbers():  # each number's range, declared once (training.trainer_schema)
+        if key in t:
+            check_number(f"trainer.{key}", t.get(key), m["kind"], low=m["low"], high=m["high"],
+                         low_open=m["low_open"], null=m["null"])  # fmt: skip
+    check_number("data.n_train", cfg.data.get("n_train"), int, low=1, null=True)
+    check_number("data.n_val", cfg.data.get("n_val"), int, low=0, null=True)
     if t.get("scale_rewards", "group") not in SCALE_REWARDS:
         raise UsageError(
             f"trainer.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {t.scale_rewards!r}"
@@ -389,7 +338,7 @@ def effective_rollout_correction(cfg: DictConfig, method):
                 " trainer.top_p=1.0, or no correction (method.rollout_correction=none"
                 " trainer.vllm_importance_sampling_correction=false)"
             )
-    from pspo_repro.training.trainer import check_rollout_correction
+    from pspo_repro.training.trainer_checks import check_rollout_correction
 
     try:
         check_rollout_correction(method.name, correction)

@@ -21,16 +21,14 @@ import logging
 import os
 import re
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
-from pspo_repro.common.paths import CONF_DIR, results_dir
+from pspo_repro.common.paths import results_dir
 from pspo_repro.common.provenance import git_sha, package_versions
 from pspo_repro.common.startup import SFT_STACK, import_frozen
 
@@ -252,26 +250,19 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     import torch
     from trl import SFTConfig, SFTTrainer
 
-    from pspo_repro.data.synthetic import SyntheticConfig, generate
-
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
     t0, cpu0 = time.time(), time.process_time()
-    data_cfg = SyntheticConfig(
-        seed=cfg.data.seed, max_number=cfg.data.max_number, max_factor=cfg.data.max_factor
-    )
-    splits = generate({"train": cfg.data.n_train, "validation": cfg.data.n_val, "test": 0}, data_cfg)
-    # The held-out skill (synthetic_heldout): SFT rows without the habit; RL never sees these prompts.
-    n_held = int(cfg.data.get("heldout_n_train", 0) or 0)
-    held = generate(
-        {"train": n_held, "validation": cfg.data.n_val if n_held else 0, "test": 0},
-        data_cfg,
-        task="synthetic_heldout",
-    )
+    splits, held = _sft_splits(cfg)
     arch = OmegaConf.to_container(cfg.model.arch, resolve=True) if cfg.model.arch else None
     model, tokenizer = init_model(arch, cfg.seed)
     n_params = sum(p.numel() for p in model.parameters())
-    log.info("model: %d parameters; %d + %d held-out train rows", n_params, len(splits["train"]), n_held)
+    log.info(
+        "model: %d parameters; %d + %d held-out train rows",
+        n_params,
+        len(splits["train"]),
+        len(held["train"]),
+    )
 
     work = out_dir / "trainer"  # TRL's output_dir; nothing is saved there (save_strategy=no)
     trainer = SFTTrainer(
@@ -288,26 +279,12 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
     train_s = time.time() - t0
     model_dir = _save_checkpoint(trainer, tokenizer, out_dir, work)
 
-    val = greedy_accuracy(
-        trainer.model,
-        tokenizer,
-        splits["validation"],
-        cfg.prompt_template,
-        cfg.eval.max_new_tokens,
-        cfg.eval.batch_size,
-    )
-    val_heldout = (
-        greedy_accuracy(
-            trainer.model,
-            tokenizer,
-            held["validation"],
-            cfg.prompt_template,
-            cfg.eval.max_new_tokens,
-            cfg.eval.batch_size,
-        )
-        if n_held
-        else None
-    )
+    def validate(problems: list) -> dict[str, Any]:
+        return greedy_accuracy(trainer.model, tokenizer, problems, cfg.prompt_template, cfg.eval.max_new_tokens,
+                               cfg.eval.batch_size)  # fmt: skip
+
+    val = validate(splits["validation"])
+    val_heldout = validate(held["validation"]) if held["train"] else None
     record = {
         "status": "finished",
         "identity": identity,
@@ -334,6 +311,24 @@ def run_sft(cfg: DictConfig) -> dict[str, Any]:
         record["total_seconds"], model_dir,
     )  # fmt: skip
     return record
+
+
+def _sft_splits(cfg: DictConfig) -> tuple[dict[str, list], dict[str, list]]:
+    """Data step: the rewarded task's train and validation rows, and the held-out skill's (synthetic_heldout:
+    SFT rows without the habit, none when ``data.heldout_n_train`` is 0; RL never sees these prompts)."""
+    from pspo_repro.data.synthetic import SyntheticConfig, generate
+
+    data_cfg = SyntheticConfig(
+        seed=cfg.data.seed, max_number=cfg.data.max_number, max_factor=cfg.data.max_factor
+    )
+    splits = generate({"train": cfg.data.n_train, "validation": cfg.data.n_val, "test": 0}, data_cfg)
+    n_held = int(cfg.data.get("heldout_n_train", 0) or 0)
+    held = generate(
+        {"train": n_held, "validation": cfg.data.n_val if n_held else 0, "test": 0},
+        data_cfg,
+        task="synthetic_heldout",
+    )
+    return splits, held
 
 
 def _finished_record(marker: Path, out_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
@@ -397,16 +392,15 @@ def _save_checkpoint(trainer, tokenizer, out_dir: Path, work: Path) -> Path:
     return model_dir
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="sft", version_base="1.3")
-def _hydra_main(cfg: DictConfig) -> None:
+def _task(cfg: DictConfig) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     run_sft(cfg)
 
 
-def main() -> None:
-    """Entry point of ``python -m pspo_repro.sft [key=value ...]``: Hydra's own folder is checked first
-    (``cli.precheck_hydra_dirs``: no name may steer it), then Hydra runs ``run_sft``."""
-    from pspo_repro.common.cli import precheck_hydra_dirs
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.sft [key=value ...]``: ``cli.run_command`` with Hydra's own folder
+    checked first (no name may steer it; the pipeline's overrides are composed by Hydra once, not twice), then
+    Hydra runs ``run_sft``."""
+    from pspo_repro.common.cli import run_command
 
-    precheck_hydra_dirs(CONF_DIR, "sft", sys.argv[1:])
-    _hydra_main()
+    return run_command("sft", _task, compose_check=False)

@@ -33,7 +33,6 @@ uses ``old = logps.detach()``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -43,13 +42,15 @@ from trl import GRPOTrainer
 from pspo_repro.methods import aggregate, get_method, method_extra_inputs, method_optional_inputs
 from pspo_repro.methods import rollout_correction as rc
 from pspo_repro.training.sampling import TOKEN_DRAWS, cpu_sampling
+from pspo_repro.training.trainer_checks import (
+    LOGPROB_HEADS,
+    OLD_LOGPS,
+    check_rollout_correction,
+    first_pass_problem,
+)
+from pspo_repro.training.trainer_metrics import LossMetricsMixin
 
 MIRRORS_TRL = "1.16.0"
-
-# max |r - 1| on the first pass over a freshly generated batch (``_log_loss_metrics``)
-FIRST_PASS_DEV = "first_pass_max_abs_ratio_dev"
-# Logged as their maximum over the logging window (TRL's ``log`` averages everything else in ``_metrics``).
-MAX_METRICS = (FIRST_PASS_DEV,)
 
 # Multimodal keys TRL's forward accepts; passed through unchanged (text-only here, kept for fidelity).
 _MM_KEYS = (
@@ -66,64 +67,7 @@ _MM_KEYS = (
 )
 
 
-def check_rollout_correction(method_name: str, correction: rc.RolloutCorrection) -> None:
-    """A method that takes ``importance_sampling_ratio`` (VESPO) folds a per-token weight into its own; a
-    sequence-level IS mode cannot be folded so (as TRL's own check for vespo): ValueError."""
-    step = correction.is_step
-    if step is not None and step.mode in rc.SEQUENCE_IS_MODES:
-        if "importance_sampling_ratio" in method_optional_inputs(method_name):
-            raise ValueError(
-                f"method {method_name!r} folds a token-level IS weight into its own: rollout_correction"
-                f" {step.mode} is sequence-level; use token_tis or token_icepop"
-            )
-
-
-# How per-token log-probs are computed (``trainer.logprob_head``; ``auto`` resolves in training.grpo):
-# TRL's fused LM head, or the model's logits on the completion positions (the same numbers, faster on CPU).
-LOGPROB_HEADS = ("fused", "plain")
-# Where the old log-probs come from when TRL stores them (``trainer.old_logps``): TRL's no-grad pass over the
-# batch at rollout, or the first training pass's own log-probs, detached, kept with the batch for its later
-# passes (``MethodGRPOTrainer.first_pass_old_logps_problem``); ``auto``: first_pass on CPU where it can, else
-# recompute.
-OLD_LOGPS = ("auto", "recompute", "first_pass")
-
-
-def first_pass_problem(
-    *,
-    use_vllm: bool,
-    rollout_correction_active: bool,
-    method_name: str,
-    beta: float,
-    gradient_accumulation_steps: int,
-    steps_per_generation: int | None,
-) -> str | None:
-    """Why the first training pass over a batch cannot supply its old log-probs (None: it can).
-
-    It can when that pass runs the policy that sampled the batch, before any optimizer step on it, and nothing
-    else reads the old log-probs at rollout: then the first pass's log-probs, detached, are what TRL's no-grad
-    pass would compute from the same weights. On CPU they are equal bit for bit (every committed CPU run logged
-    ``first_pass_max_abs_ratio_dev`` 0.0); on a GPU another batch layout can move them, which is what the
-    authors' clip with eps 0 reacts to, so ``auto`` keeps TRL's pass there."""
-    spg = steps_per_generation or gradient_accumulation_steps  # TRL's default
-    if use_vllm:
-        return "the rollouts come from vLLM, whose log-probs TRL compares with a recomputed pass"
-    if rollout_correction_active:
-        return "a rollout correction compares the sampler's log-probs with the trainer's at rollout"
-    if "topk_logps" in method_extra_inputs(method_name):
-        return "top-K DPPO stores its own old log-probs at rollout"
-    if "old_entropies" in method_optional_inputs(method_name):
-        return "ERC stores the sampling policy's entropies beside the old log-probs at rollout"
-    if beta != 0.0:
-        return "a KL penalty's reference pass runs beside the old log-probs' at rollout"
-    if gradient_accumulation_steps % spg != 0:
-        return (
-            f"a micro-batch's first pass can come after an optimizer step (steps_per_generation {spg} does "
-            f"not divide gradient_accumulation_steps {gradient_accumulation_steps})"
-        )
-    return None
-
-
-class MethodGRPOTrainer(GRPOTrainer):
+class MethodGRPOTrainer(LossMetricsMixin, GRPOTrainer):
     """``GRPOTrainer`` whose loss is a registered method (``pspo_repro.methods``) plus a chosen aggregation.
 
     ``method_params`` must already be validated (``validate_params``); TRL's ``loss_type`` is ignored.
@@ -470,32 +414,11 @@ class MethodGRPOTrainer(GRPOTrainer):
         return torch.cat(logps), torch.cat(ents), torch.cat(topk)
 
     def _compute_loss(self, model, inputs):
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logits_to_keep = completion_ids.size(1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        if "rollout_keep" in inputs:  # rejected by the rollout correction: out of the loss, as verl's mask
-            mask = mask * inputs["rollout_keep"]
-
-        extra: dict[str, torch.Tensor] = {}
-        aux_loss = None
-        if self._topk is None:
-            logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                compute_entropy=True,
-                compute_aux_loss=self.aux_loss_enabled,
-                **{k: inputs.get(k) for k in _MM_KEYS},
-            )
-        else:
-            logps, entropies, extra["topk_logps"] = self._logps_entropies_topk(
-                model, input_ids, attention_mask, logits_to_keep, inputs["topk_ids"]
-            )
-            extra["topk_old_logps"] = inputs["topk_old_logps"]
+        # TRL 1.16's _compute_loss, step for step, with the method's loss in place of TRL's loss types; the
+        # helpers below hold what differs (the rollout correction's mask, top-K DPPO's log-probs, the stored
+        # first-pass old log-probs, the method's optional inputs, the loss_agg axis).
+        mask = self._loss_mask(inputs)
+        logps, entropies, aux_loss, extra = self._model_logps(model, inputs)
 
         entropy_mask = None
         if self.top_entropy_quantile < 1.0:
@@ -504,12 +427,7 @@ class MethodGRPOTrainer(GRPOTrainer):
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(1)
-        # TRL stores no old log-probs when the batch is used once on-policy: then old == current (r == 1).
-        old_logps = inputs.get("old_per_token_logps")
-        if old_logps is None and self._first_pass_stores_old and self.model.training:
-            # old_logps=first_pass: this pass runs the sampling policy; its log-probs serve the later passes
-            inputs["old_per_token_logps"] = logps.detach()
-        old_logps = logps.detach() if old_logps is None else old_logps
+        old_logps = self._old_logps(inputs, logps)
 
         if self.off_policy_mask_threshold is not None:
             off_policy_mask = self.get_off_policy_mask(
@@ -521,20 +439,10 @@ class MethodGRPOTrainer(GRPOTrainer):
             )
 
         is_weights = inputs.get("rollout_is_weights")
-        if self._method_takes_is and is_weights is not None:
-            extra["importance_sampling_ratio"] = is_weights
-        if self._method_takes_entropy:
-            extra["entropies"] = entropies.detach()
-        if self._method_takes_old_entropy:
-            extra["old_entropies"] = self._old_entropies(inputs, entropies)
+        extra.update(self._method_inputs(inputs, entropies, is_weights))
         out = self._method(logps, old_logps, advantages, mask, **extra, **self._method_params)
         per_token_loss = out.per_token_loss
-
-        if self.beta != 0.0:
-            ref = inputs["ref_per_token_logps"]
-            per_token_kl = torch.exp(ref - logps) - (ref - logps) - 1  # K3 estimator, as TRL
-            if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(logps - old_logps)
+        per_token_kl = self._per_token_kl(inputs, logps, old_logps) if self.beta != 0.0 else None
 
         if self.off_policy_mask_threshold is not None:
             per_token_loss = per_token_loss * off_policy_mask
@@ -542,19 +450,11 @@ class MethodGRPOTrainer(GRPOTrainer):
             per_token_loss = per_token_loss * entropy_mask
         if is_weights is not None and not self._method_takes_is:
             per_token_loss = per_token_loss * is_weights
-        if self.beta != 0.0:
+        if per_token_kl is not None:
             per_token_loss = per_token_loss + self.beta * per_token_kl
 
         mode = "train" if self.model.training else "eval"
-        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        num_items = None
-        # TRL's dapo normaliser: the generation batch's tokens, rescaled to one accumulation window
-        if self.loss_agg == "dapo":
-            num_items = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if mode == "train":
-                num_items = (
-                    num_items * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-                )
+        num_items, accumulation = self._micro_batch_scale(inputs, mode)
         loss = aggregate(
             per_token_loss,
             mask,
@@ -575,10 +475,96 @@ class MethodGRPOTrainer(GRPOTrainer):
             mode == "train" and inputs.get("old_per_token_logps") is not None and self._is_first_pass()
         )
         self._log_loss_metrics(
-            mode, mask, entropies, per_token_kl if self.beta != 0.0 else None, out.metrics, logps - old_logps,
-            first_pass=first_pass,
-        )  # fmt: skip
+            mode, mask, entropies, per_token_kl, out.metrics, logps - old_logps, first_pass=first_pass
+        )
         return loss
+
+    @staticmethod
+    def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+        """The completion tokens in the loss: TRL's mask (tool tokens out), and the rollout correction's
+        rejections out (as verl's mask)."""
+        completion_mask = inputs["completion_mask"]
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        if "rollout_keep" in inputs:
+            mask = mask * inputs["rollout_keep"]
+        return mask
+
+    def _model_inputs(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The model's inputs as TRL builds them: prompt and completion ids and masks joined, and the number of
+        completion positions whose logits are kept."""
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        return input_ids, attention_mask, inputs["completion_ids"].size(1)
+
+    def _model_logps(self, model, inputs: dict[str, Any]):
+        """The current policy's per-token log-probs and entropies (TRL's pass, or top-K DPPO's with its top-K
+        log-probs), the router's aux loss (None without) and the method's top-K inputs."""
+        input_ids, attention_mask, logits_to_keep = self._model_inputs(inputs)
+        if self._topk is not None:
+            logps, entropies, topk_logps = self._logps_entropies_topk(
+                model, input_ids, attention_mask, logits_to_keep, inputs["topk_ids"]
+            )
+            return (
+                logps,
+                entropies,
+                None,
+                {"topk_logps": topk_logps, "topk_old_logps": inputs["topk_old_logps"]},
+            )
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{k: inputs.get(k) for k in _MM_KEYS},
+        )
+        return logps, entropies, aux_loss, {}
+
+    def _old_logps(self, inputs: dict[str, Any], logps: torch.Tensor) -> torch.Tensor:
+        """The batch's old log-probs. TRL stores none when the batch is used once on-policy: then old == current
+        (r == 1). Under ``old_logps=first_pass`` this pass runs the sampling policy, and its log-probs, detached,
+        are stored for the batch's later passes."""
+        old_logps = inputs.get("old_per_token_logps")
+        if old_logps is None and self._first_pass_stores_old and self.model.training:
+            inputs["old_per_token_logps"] = logps.detach()
+        return logps.detach() if old_logps is None else old_logps
+
+    def _method_inputs(
+        self, inputs: dict[str, Any], entropies: torch.Tensor, is_weights: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """The optional tensors the method takes (``method_optional_inputs``): the rollout correction's
+        importance weights, the current entropies, ERC's old entropies."""
+        extra = {}
+        if self._method_takes_is and is_weights is not None:
+            extra["importance_sampling_ratio"] = is_weights
+        if self._method_takes_entropy:
+            extra["entropies"] = entropies.detach()
+        if self._method_takes_old_entropy:
+            extra["old_entropies"] = self._old_entropies(inputs, entropies)
+        return extra
+
+    def _per_token_kl(
+        self, inputs: dict[str, Any], logps: torch.Tensor, old_logps: torch.Tensor
+    ) -> torch.Tensor:
+        """TRL's K3 estimator of the KL to the reference model, bias-corrected by the ratio when asked."""
+        ref = inputs["ref_per_token_logps"]
+        per_token_kl = torch.exp(ref - logps) - (ref - logps) - 1
+        if self.args.use_bias_correction_kl:
+            per_token_kl = per_token_kl * torch.exp(logps - old_logps)
+        return per_token_kl
+
+    def _micro_batch_scale(self, inputs: dict[str, Any], mode: str) -> tuple[torch.Tensor | None, float]:
+        """The loss normaliser's scale for one micro-batch: the dapo normaliser (TRL's: the generation batch's
+        tokens, rescaled to one accumulation window; None for the other aggregations) and the accumulation
+        steps the loss is divided over (1 in validation)."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        if self.loss_agg != "dapo":
+            return None, accumulation
+        num_items = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":
+            num_items = num_items * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        return num_items, accumulation
 
     @staticmethod
     def _old_entropies(inputs: dict[str, Any], entropies: torch.Tensor) -> torch.Tensor:
@@ -590,83 +576,3 @@ class MethodGRPOTrainer(GRPOTrainer):
         if inputs.get("old_per_token_logps") is not None:  # _generate_and_score_completions stores both
             raise RuntimeError("old log-probs were stored at rollout but the old entropies were not")
         return entropies.detach()
-
-    def _is_first_pass(self) -> bool:
-        """Whether this training micro-step is the first use of its slice of a freshly generated batch, with
-        no optimizer step since the batch was generated (so reproducible log-probs would give r == 1 exactly).
-
-        TRL's ``_prepare_inputs`` generates when ``_step % (steps_per_generation * num_iterations) == 0`` and
-        serves slice ``_step % steps_per_generation``; ``_step`` counts finished micro-steps, so during one it
-        is that micro-step's index. The optimizer steps after every ``gradient_accumulation_steps`` of them
-        (with steps_per_generation > gradient_accumulation_steps a first pass can come after an update).
-        """
-        spg, ga = self.args.steps_per_generation, self.args.gradient_accumulation_steps
-        generated_at = self._step - self._step % (spg * self.num_iterations)
-        return self._step - generated_at < spg and self._step // ga == generated_at // ga
-
-    def _record_first_pass_dev(self, value: float) -> None:
-        """Fold one micro-batch's first-pass deviation into the run's maximum (a NaN stays: it is the news)."""
-        prev = self.first_pass_max_abs_ratio_dev
-        if prev is None or (not math.isnan(prev) and (math.isnan(value) or value > prev)):
-            self.first_pass_max_abs_ratio_dev = value
-
-    @staticmethod
-    def ratio_dev_for_json(value: float | None) -> float | str | None:
-        """The run's maximum as run.json stores it: a number, ``"nan"``/``"inf"`` (JSON has no non-finite
-        numbers), or None when never measured."""
-        return value if value is None or math.isfinite(value) else str(value)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """TRL's ``log`` (which averages each metric over the logging window), except ``MAX_METRICS``: their
-        maximum over the window (absent when the window has none)."""
-        mode = "train" if self.model.training else "eval"
-        for key in MAX_METRICS:
-            values = self._metrics[mode].pop(key, None)
-            if values:  # Python's max() is order-dependent with NaN: report NaN outright
-                logs[key] = math.nan if any(math.isnan(v) for v in values) else max(values)
-        super().log(logs, start_time)
-
-    @torch.no_grad()
-    def _log_loss_metrics(
-        self, mode, mask, entropies, per_token_kl, method_metrics, log_ratio, first_pass: bool = False
-    ) -> None:
-        """Entropy (and KL) as TRL logs them, the trust-region statistics of every method, and the method's
-        metrics under ``method/``: one gather, one sync.
-
-        Method-independent, so runs of different methods compare on the same scale: ``behaviour_kl`` is
-        KL(pi_old || pi_theta) per token (k3 estimator ``r - 1 - log r`` on the behaviour policy's
-        samples; 0 on the first pass over a batch) and ``ratio_std`` the spread of r = pi_theta / pi_old.
-        On a ``first_pass``, ``first_pass_max_abs_ratio_dev``: max |r - 1| over the tokens (and processes),
-        which is 0 unless recomputed log-probs differ from the stored ones (exactly 0 on CPU; on a GPU a
-        different batch layout can move them, and under clip eps = 0 any |r - 1| > 0 zeroes a gradient).
-        """
-        m = mask.float()
-        r = log_ratio.detach().float().exp()
-        k3 = r - 1.0 - log_ratio.detach().float()
-        sums = [(entropies * m).sum(), m.sum(), (k3 * m).sum(), (r * m).sum(), (r * r * m).sum()]
-        if per_token_kl is not None:
-            sums.append((per_token_kl * m).sum())
-        totals = self.accelerator.reduce(torch.stack(sums).float(), reduction="sum")
-        names = list(method_metrics)
-        cols = [method_metrics[k].float() for k in names]
-        if first_pass:  # |r - 1| = |expm1(log r)|: exact for tiny log-ratios, where exp(x) - 1 cancels
-            cols.append(torch.where(mask.bool(), torch.expm1(log_ratio.detach().float()).abs(), 0.0).amax())
-        values = []
-        if cols:  # [processes, n]: the method's metrics averaged over processes, the deviation's maximum
-            gathered = self.accelerator.gather(torch.stack(cols).unsqueeze(0))
-            values = torch.cat(
-                [gathered[:, : len(names)].mean(0), gathered[:, len(names) :].amax(0)]
-            ).tolist()
-        totals = totals.tolist()
-        denom = max(totals[1], 1.0)
-        self._metrics[mode]["entropy"].append(totals[0] / denom)
-        self._metrics[mode]["behaviour_kl"].append(totals[2] / denom)
-        mean_r = totals[3] / denom
-        self._metrics[mode]["ratio_std"].append(max(totals[4] / denom - mean_r * mean_r, 0.0) ** 0.5)
-        if per_token_kl is not None:
-            self._metrics[mode]["kl"].append(totals[5] / denom)
-        for k, v in zip(names, values[: len(names)], strict=True):
-            self._metrics[mode][f"method/{k}"].append(v)
-        if first_pass:
-            self._metrics[mode][FIRST_PASS_DEV].append(values[-1])
-            self._record_first_pass_dev(values[-1])

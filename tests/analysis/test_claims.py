@@ -11,8 +11,10 @@ import pytest
 import yaml
 from table_text import assert_csv_matches
 
-from pspo_repro.analysis import claims, stats
-from pspo_repro.analysis.claims import ClaimsError, Measured, verdict
+from pspo_repro.analysis import claims, claims_report, claims_spec, measures, stats
+from pspo_repro.analysis.claims import verdict
+from pspo_repro.analysis.claims_spec import ClaimsError
+from pspo_repro.analysis.measures import Measured
 from pspo_repro.analysis.stats import t_interval
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT
 
@@ -166,10 +168,12 @@ def test_unknown_rule_and_bad_spec(tmp_path):
                                                "test_short": "t", "verdict": {"rule": "greater", "diff": "d"},
                                                "measure": [{"id": "d", "kind": "nope"}]}]}))  # fmt: skip
     with pytest.raises(ClaimsError, match="kind 'nope'"):
-        claims.load_spec(bad)
+        claims_spec.load_spec(bad)
     out = tmp_path / "out"
-    assert claims.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={bad}"]) == 2  # a setting: exit 2
-    assert claims.main([f"results_dir={MINI}", f"out_dir={out}", "colour=red"]) == 2
+    assert (
+        claims_report.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={bad}"]) == 2
+    )  # a setting: exit 2
+    assert claims_report.main([f"results_dir={MINI}", f"out_dir={out}", "colour=red"]) == 2
     assert not out.exists()  # nothing written on bad input
 
 
@@ -197,29 +201,29 @@ def test_spec_is_checked_whole_before_any_record_is_read(tmp_path, monkeypatch, 
     def no_records(*a, **k):
         raise AssertionError("the records were read before the spec was checked")
 
-    monkeypatch.setattr(claims.Records, "read", no_records)
+    monkeypatch.setattr(measures.Records, "read", no_records)
     spec = tmp_path / "spec.yaml"
     spec.write_text(CLAIMS_SPEC.replace("b: {method: clip}}", "b: {method: clip, temperature: hot}}"))
     out = tmp_path / "out"
-    assert claims.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={spec}"]) == 2
+    assert claims_report.main([f"results_dir={MINI}", f"out_dir={out}", f"spec={spec}"]) == 2
     assert capsys.readouterr().err == (
         f"error: {spec}:11: claim 'c1': measure 'diff': b.temperature must be a number >= 0, got 'hot'\n"
     )
     with pytest.raises(ClaimsError, match=":11: claim 'c1'"):
-        claims.write(MINI, out, spec)  # the writer checks first too (the mini runs it through main)
+        claims_report.write(MINI, out, spec)  # the writer checks first too (the mini runs it through main)
     assert not out.exists()
 
 
 def test_the_shipped_and_toy_specs_pass_the_checks(tmp_path):
-    """The checks refuse nothing a real spec uses: conf/claims.yaml and the toy specs of the other tests."""
+    """The checks refuse nothing a real spec uses: conf/claims/study.yaml and the toy specs of the other tests."""
     import toy_records
 
     from pspo_repro.analysis.claims_spec import read_spec
 
-    assert len(read_spec(CONF_DIR / "claims.yaml")["claims"]) >= 14
+    assert len(read_spec(CONF_DIR / "claims" / "study.yaml")["claims"]) >= 14
     assert read_spec(toy_records.spec(tmp_path / "t.yaml", frontier=True, tuning=True))["tuning"]
     (tmp_path / "c.yaml").write_text(CLAIMS_SPEC)
-    assert claims.load_spec(tmp_path / "c.yaml")[0]["id"] == "c1"
+    assert claims_spec.load_spec(tmp_path / "c.yaml")[0]["id"] == "c1"
 
 
 def test_spec_refuses_duplicate_ids_and_keeps_interpolations_as_text(tmp_path, monkeypatch):
@@ -229,9 +233,9 @@ def test_spec_refuses_duplicate_ids_and_keeps_interpolations_as_text(tmp_path, m
     spec = tmp_path / "c.yaml"
     spec.write_text(yaml.safe_dump({"claims": [{**base, "measure": [{"id": "m", "kind": "accuracy"}] * 2}]}))
     with pytest.raises(ClaimsError, match=r"measurement id\(s\) \['m'\] used twice"):
-        claims.load_spec(spec)
+        claims_spec.load_spec(spec)
     spec.write_text(yaml.safe_dump({"claims": [{**base, "measure": []}]}))
-    out = claims.write(MINI, tmp_path / "o", spec)[0].read_text()
+    out = claims_report.write(MINI, tmp_path / "o", spec)[0].read_text()
     assert "s3cr3t" not in out and "${oc.env:PSPO_TEST_SECRET}" in out
 
 
@@ -239,7 +243,7 @@ def test_interaction_by_hand():
     """(A - B at T = 0.8) - (A - B at T = 0), per seed, from the cells' per-prompt rows."""
     spec = {"id": "i", "kind": "interaction", "a": {"method": "pspo"}, "b": {"method": "clip"},
             "temperatures": [0.0, 0.8]}  # fmt: skip
-    m = claims.m_interaction(claims.Records.read(MINI), spec)
+    m = measures.m_interaction(measures.Records.read(MINI), spec)
     by_hand = {}
     for seed in (0, 1, 2):
         acc = {
@@ -258,7 +262,7 @@ def test_frontier_by_hand():
 
     spec = {"id": "f", "kind": "frontier", "a": {"method": "pspo", "groups": [{}]},
             "b": {"method": "clip", "groups": [{}]}}  # fmt: skip
-    m = claims.m_frontier(claims.Records.read(MINI), spec)
+    m = measures.m_frontier(measures.Records.read(MINI), spec)
     base = _cell_true_acc(MINI / "eval/mini_sft/baseline/seed0/synthetic/T0.0.json")
     base_h = _cell_true_acc(MINI / "eval/mini_sft/baseline/seed0/synthetic_heldout/T0.0.json")
     pts = {}
@@ -293,7 +297,7 @@ def test_compare_recomputes_from_the_cells(tmp_path):
         "id": "k", "claim": "c", "quote": "q", "section": "s", "test": "t", "test_short": "t", "key": "h",
         "measure": [measure], "verdict": {"rule": "greater", "diff": "h"},
     }]}))  # fmt: skip
-    res = claims.evaluate(claims.Records.read(MINI), claims.load_spec(spec))[0]
+    res = claims.evaluate(measures.Records.read(MINI), claims_spec.load_spec(spec))[0]
     by_hand = []
     for seed in (0, 1, 2):
         a = _cell_true_acc(MINI / f"eval/mini_sft/pspo/seed{seed}/synthetic_heldout/T0.0.json")
@@ -309,13 +313,13 @@ def test_compare_recomputes_from_the_cells(tmp_path):
     assert res["verdict_text"] == (
         "supported" if iv.low > 0 else "contradicted" if iv.high < 0 else "not resolved"
     )
-    assert claims.write(MINI, tmp_path / "o", spec)[0].read_text().count("| 1 |") == 1
+    assert claims_report.write(MINI, tmp_path / "o", spec)[0].read_text().count("| 1 |") == 1
 
 
 @pytest.mark.skipif(not (STUDY / "claims.md").is_file(), reason="results/study has no claims table yet")
 def test_committed_claims_table_is_what_the_records_give(tmp_path):
     """results/study/claims.md is regenerated from the committed runs and cells, byte for byte."""
-    claims.write(STUDY, tmp_path, CONF_DIR / "claims.yaml")
+    claims_report.write(STUDY, tmp_path, CONF_DIR / "claims" / "study.yaml")
     assert (tmp_path / "claims.md").read_text() == (STUDY / "claims.md").read_text()
     assert_csv_matches(
         (tmp_path / "claims.csv").read_text(), (STUDY / "claims.csv").read_text(), "claims.csv"

@@ -10,11 +10,11 @@ import math
 import pytest
 import scipy.stats
 
-from pspo_repro.analysis import knobs, leaderboard
+from pspo_repro.analysis import knobs, leaderboard, leaderboard_rows
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.methods import registry
-from pspo_repro.pipelines import mini
+from pspo_repro.pipelines import grid
 
 STUDY = PROJECT_ROOT / "results" / "study"
 STALE = "reuse-num_iterations1_steps_per_generation4"
@@ -126,8 +126,8 @@ def test_bad_arguments_write_nothing(tmp_path, capsys, argv, code, needle):
 
 
 def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch):
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
-    runs = mini.rl_runs(cfg)
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard"])
+    runs = grid.rl_runs(cfg)
     names = registry.list_methods()
     assert len(names) >= 19 and list(cfg.eval.methods) == names
     for tag in ("", STALE):
@@ -139,9 +139,9 @@ def test_every_registered_method_is_in_the_grid_and_a_new_one_joins(monkeypatch)
         raise AssertionError
 
     monkeypatch.setitem(registry._REGISTRY, "zz_toy", registry.MethodSpec("zz_toy", toy, {"scale": 1.0}, ()))
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard"])
     assert "zz_toy" in cfg.eval.methods
-    assert {(m, t) for m, t, _ in mini.rl_runs(cfg) if m == "zz_toy"} == {("zz_toy", ""), ("zz_toy", STALE)}
+    assert {(m, t) for m, t, _ in grid.rl_runs(cfg) if m == "zz_toy"} == {("zz_toy", ""), ("zz_toy", STALE)}
 
 
 def test_committed_leaderboard_regenerates_byte_for_byte(tmp_path):
@@ -319,15 +319,17 @@ def test_shared_keys_are_the_registrys_reserved_keys():
 
 def test_choose_reference_states_each_case():
     rows = [{"method": "x", "collapsed": 0, "n_seeds": 3}, {"method": "clip", "collapsed": 1, "n_seeds": 3}]
-    assert leaderboard.choose_reference(rows, "x") == (
+    assert leaderboard_rows.choose_reference(rows, "x") == (
         "x",
         "the reference is x (given; none of its seeds collapsed here)",
     )
-    ref, note = leaderboard.choose_reference(rows, "clip")
+    ref, note = leaderboard_rows.choose_reference(rows, "clip")
     assert (
         ref == "x"
         and note.startswith("clip collapsed here (1 of 3 seeds), so the reference is")
         and "(not the given clip)" in note
     )
-    ref, note = leaderboard.choose_reference(rows[1:] + rows[:1], "y")  # y: a method of another regime only
+    ref, note = leaderboard_rows.choose_reference(
+        rows[1:] + rows[:1], "y"
+    )  # y: a method of another regime only
     assert ref == "clip" and note.startswith("y has no evaluation cells here, so")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import toy_records
 
-from pspo_repro.analysis import aggregate, claims, leaderboard, regime
+from pspo_repro.analysis import aggregate, claims_report, leaderboard, regime
 
 
 def _edit_run(root, method, seed, edit) -> str:
@@ -39,7 +39,7 @@ def _run_command(command, root, out, monkeypatch, tmp_path) -> int:
     if command == "regime":
         return regime.main(args)
     if command == "claims":
-        return claims.main([*args, f"spec={toy_records.spec(tmp_path / 'spec.yaml')}"])
+        return claims_report.main([*args, f"spec={toy_records.spec(tmp_path / 'spec.yaml')}"])
     return leaderboard.main(args)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import toy_records
 
-from pspo_repro.analysis import aggregate, claims, leaderboard, regime
+from pspo_repro.analysis import aggregate, claims_report, leaderboard, regime
 from pspo_repro.common.paths import PROJECT_ROOT
 
 READER = "pspo_repro/analysis/run_records.py"
@@ -114,7 +114,7 @@ def _run(command: str, root: Path, out: Path, spec: Path, monkeypatch) -> None:
     elif command == "regime":
         assert regime.main(args) == 0
     elif command == "claims":
-        assert claims.main([*args, f"spec={spec}"]) == 0
+        assert claims_report.main([*args, f"spec={spec}"]) == 0
     else:
         assert leaderboard.main(args) == 0
 
@@ -181,7 +181,7 @@ OPENERS = {"open", "read_text", "read_bytes", "load", "loads", "write_text", "wr
 # The commands' modules may take these from common/atomic.py: the one writer, and what aggregate's set
 # needs around it (finishing a switch a kill cut short before reading the previous set's summary).
 WRITER_NAMES = {"write_set", "recover_folder", "STALE_DIR"}
-COMMANDS = ("aggregate.py", "regime.py", "claims.py", "leaderboard.py")
+COMMANDS = ("aggregate.py", "regime.py", "claims_report.py", "leaderboard.py")
 
 
 def _names_a_record(node: ast.AST) -> bool:

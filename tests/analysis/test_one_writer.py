@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import toy_records
 
-from pspo_repro.analysis import claims, leaderboard, regime
+from pspo_repro.analysis import claims_report, leaderboard, regime
 from pspo_repro.common import atomic
 
 
@@ -34,7 +34,7 @@ def _write_leaderboard(root, out):
 
 
 def _write_claims(root, out, quote="q"):
-    return claims.write(root, out, toy_records.spec(out.parent / "spec.yaml", quote=quote))
+    return claims_report.write(root, out, toy_records.spec(out.parent / "spec.yaml", quote=quote))
 
 
 @pytest.mark.parametrize("command", ["leaderboard", "claims", "regime"])
@@ -67,7 +67,7 @@ def test_a_full_disk_mid_set_is_one_line_through_the_cli(command, tmp_path, monk
     args = [f"results_dir={root}", f"out_dir={out}"]
     if command == "claims":
         args.append(f"spec={toy_records.spec(tmp_path / 'spec.yaml')}")
-    main = {"leaderboard": leaderboard.main, "claims": claims.main}[command]
+    main = {"leaderboard": leaderboard.main, "claims": claims_report.main}[command]
     _fail_second_text_write(monkeypatch)
     assert main(args) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
@@ -82,7 +82,7 @@ def test_an_out_dir_that_is_a_file_is_refused_before_any_work(command, tmp_path,
     args = [f"results_dir={root}", f"out_dir={tmp_path / 'file' / 'sub'}"]
     if command == "claims":
         args.append(f"spec={toy_records.spec(tmp_path / 'spec.yaml')}")
-    main = {"leaderboard": leaderboard.main, "claims": claims.main}[command]
+    main = {"leaderboard": leaderboard.main, "claims": claims_report.main}[command]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: cannot write the outputs under out_dir={tmp_path / 'file' / 'sub'}: "
@@ -94,11 +94,11 @@ def test_a_frontier_figure_the_new_claims_set_does_not_draw_is_set_aside(tmp_pat
     """A set is one set: the previous run's claims_frontier.png does not stay beside a claims.md that no
     longer has a frontier; it moves into stale/, as aggregate's extra files do."""
     root, out = toy_records.build(tmp_path / "records"), tmp_path / "out"
-    written = claims.write(root, out, toy_records.spec(tmp_path / "spec.yaml", frontier=True))
+    written = claims_report.write(root, out, toy_records.spec(tmp_path / "spec.yaml", frontier=True))
     assert [p.name for p in written] == ["claims.md", "claims.csv", "claims_frontier.png"]
     png = (out / "claims_frontier.png").read_bytes()
     assert png[:4] == b"\x89PNG"
-    written = claims.write(root, out, toy_records.spec(tmp_path / "spec.yaml"))
+    written = claims_report.write(root, out, toy_records.spec(tmp_path / "spec.yaml"))
     assert [p.name for p in written] == ["claims.md", "claims.csv"]
     assert sorted(p.name for p in out.iterdir()) == ["claims.csv", "claims.md", "stale"]
     assert (out / "stale" / "claims_frontier.png").read_bytes() == png

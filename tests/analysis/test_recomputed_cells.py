@@ -25,7 +25,8 @@ import pandas as pd
 import pytest
 
 from pspo_repro.analysis.results_io import ResultsError, eval_long, load_eval_cells
-from pspo_repro.analysis.tables import Names, cell_intervals, temperature_table, to_frame, to_markdown
+from pspo_repro.analysis.table_formats import to_frame, to_markdown
+from pspo_repro.analysis.tables import Names, cell_intervals, temperature_table
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.evaluation.metrics import cell_metrics
 
@@ -433,7 +434,8 @@ def _clipped_long(values: list[float]) -> pd.DataFrame:
 
 def test_a_proportion_interval_is_cut_at_0_and_100_with_a_mark_and_a_caption():
     """An interval like the committed mini's 3.5 [-2.9, 9.9]: now [0.0, ...] with the mark, the caption saying why."""
-    from pspo_repro.analysis.tables import CLIPPED, main_table, to_latex
+    from pspo_repro.analysis.table_formats import to_latex
+    from pspo_repro.analysis.tables import CLIPPED, main_table
 
     table = main_table(
         _clipped_long([0.0, 0.05, 0.055]), "reward_acc", "Acc", 0.0, "t_seeds", 0.95, 3, {}, NAMES

@@ -13,7 +13,7 @@ import pytest
 import toy_records
 import yaml
 
-from pspo_repro.analysis import aggregate, claims, leaderboard, regime
+from pspo_repro.analysis import aggregate, claims_report, leaderboard, regime
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.common.redact import REDACTED
 
@@ -59,7 +59,7 @@ def test_claims_redact_a_pasted_token_and_keep_an_interpolation_as_text(tmp_path
         if m["id"] in labels:
             m["label"] = labels[m["id"]]
     spec.write_text(yaml.safe_dump(data))
-    assert claims.main([f"results_dir={root}", f"out_dir={out}", f"spec={spec}"]) == 0
+    assert claims_report.main([f"results_dir={root}", f"out_dir={out}", f"spec={spec}"]) == 0
     md = _no_token(out, drawn)
     assert "> ${oc.env:HF_TOKEN}" in md  # the interpolation is text, never the environment's value
     for shown in ("PSPO beats clip", "*s ", "**Test.** the test", "so ", "**Rule.** rule"):
@@ -98,7 +98,7 @@ def test_the_leaderboard_and_regime_redact_a_tag(tmp_path, drawn):
     assert REDACTED in (out / "leaderboard.csv").read_text() and REDACTED in (out / "stale.csv").read_text()
 
 
-COMMANDS = ("aggregate.py", "regime.py", "claims.py", "leaderboard.py")
+COMMANDS = ("aggregate.py", "regime.py", "claims_report.py", "leaderboard.py")
 
 
 def test_every_output_set_goes_through_redact_files():

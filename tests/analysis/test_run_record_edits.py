@@ -23,7 +23,7 @@ import pytest
 import toy_records
 
 from pspo_repro.analysis import leaderboard, regime
-from pspo_repro.analysis.claims import Records
+from pspo_repro.analysis.measures import Records
 from pspo_repro.analysis.results_io import load_runs
 
 TARGET = ("pspo", 1)

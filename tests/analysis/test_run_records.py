@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pspo_repro.analysis import regime
+from pspo_repro.analysis import regime, run_stats
 from pspo_repro.analysis.result_files import ResultsError
 from pspo_repro.analysis.results_io import load_runs
 from pspo_repro.analysis.run_records import read_runs
@@ -59,14 +59,14 @@ def test_the_leaderboard_and_claims_name_a_failed_run_and_count_without_it(comma
     read runs say over how many (claims' grad_clipped: 2 seeds, not 3)."""
     import toy_records
 
-    from pspo_repro.analysis import claims, leaderboard
+    from pspo_repro.analysis import claims_report, leaderboard
 
     root, out = toy_records.build(tmp_path / "records"), tmp_path / "out"
     path = root / "runs" / "tiny" / "clip" / "seed1" / "run.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "status": "failed", "error": "boom"}))
     args = [f"results_dir={root}", f"out_dir={out}"]
     if command == "claims":
-        assert claims.main([*args, f"spec={toy_records.spec(tmp_path / 'spec.yaml')}"]) == 0
+        assert claims_report.main([*args, f"spec={toy_records.spec(tmp_path / 'spec.yaml')}"]) == 0
         line = next(x for x in (out / "claims.md").read_text().splitlines() if "clip [] grad_clipped" in x)
         assert "mean over 2 seeds" in line, line
     else:
@@ -111,14 +111,14 @@ def test_regime_names_the_file_line_and_field(tmp_path, capsys, edit, message):
     [(-1, "max_grad_norm=-1"), ("abc", "max_grad_norm='abc'"), (True, "max_grad_norm=True")],
 )
 def test_the_leaderboards_run_statistics_refuse_a_norm_training_would_refuse(tmp_path, norm, message):
-    """``regime.folder_stats`` (the leaderboard's per-run statistics) checks run.json as the reader does."""
+    """``run_stats.folder_stats`` (the leaderboard's per-run statistics) checks run.json as the reader does."""
     folder = _run(tmp_path, "pspo", 0)
     info = json.loads((folder / "run.json").read_text())
     info["config"]["trainer"]["max_grad_norm"] = norm
     with pytest.raises(ResultsError, match=f"run.json: config.trainer.{message}"):
-        regime.folder_stats(folder, info)
+        run_stats.folder_stats(folder, info)
     info["config"]["trainer"]["max_grad_norm"] = 0  # 0: no clipping, as HF reads it
-    assert regime.folder_stats(folder, info)["grad_clipped"] == 0.0
+    assert run_stats.folder_stats(folder, info)["grad_clipped"] == 0.0
 
 
 def test_regime_writes_its_three_files_as_one_set(tmp_path, monkeypatch):

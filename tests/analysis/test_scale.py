@@ -84,10 +84,10 @@ def test_missing_rung_and_equal_sizes(ladder, monkeypatch):
     def read(folder):
         raise AssertionError(f"records of {folder} read before the ladder's shape was checked")
 
-    monkeypatch.setattr(scale.C.Records, "read", staticmethod(read))
+    monkeypatch.setattr(scale.Records, "read", staticmethod(read))
     with pytest.raises(ValueError, match="rung nowhere: no results folder"):
         scale.read_ladder(root, [*spec, {"name": "nowhere", "arch": {}}])
-    same = [dict(spec[0]), {**spec[1], "arch": spec[0]["arch"]}]
+    same = [dict(spec[0]), {**spec[1], "arch": spec[0]["arch"], "params": spec[0]["params"]}]
     with pytest.raises(ValueError, match="rungs of equal size"):
         scale.read_ladder(root, same)
 
@@ -164,7 +164,7 @@ def test_committed_ladder_regenerates(tmp_path):
     """results/scale/scale.md and scale.csv are what analysis.scale computes from the committed rungs' records."""
     from pspo_repro.common.cli import compose_config
     from pspo_repro.common.paths import PROJECT_ROOT
-    from pspo_repro.pipelines import scale as pipeline
+    from pspo_repro.pipelines import ladder as pipeline
 
     root = PROJECT_ROOT / "results" / "scale"
     spec = pipeline.ladder_spec(pipeline.bases(compose_config(PROJECT_ROOT / "conf", "scale", [])))

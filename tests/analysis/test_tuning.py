@@ -14,7 +14,8 @@ from pspo_repro.analysis import tuning
 from pspo_repro.analysis.tuning import TuningError, point_tag, select, split_tag
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
-from pspo_repro.pipelines import mini
+from pspo_repro.pipelines import grid, stages
+from pspo_repro.pipelines import jobs as pipeline_jobs
 
 VALUES = ["1e-4", "3e-4", "1e-3"]
 
@@ -104,15 +105,15 @@ def test_best_validation_ignores_non_finite(tmp_path):
 
 
 def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
-    """conf/study.yaml: the tuned groups wait for their sweeps, then run each method at its own choice."""
-    cfg = compose_config(PROJECT_ROOT / "conf", "study", [f"root={tmp_path}"])
+    """conf/pipeline/study.yaml: the tuned groups wait for their sweeps, then run each method at its own choice."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study", f"root={tmp_path}"])
     runs = tmp_path / "runs" / "mini_sft"
     best = {"clip": "1e-3", "pspo": "3e-4", "noclip": "1e-4"}
     for method, pick in best.items():
         _sweep(runs, method, {v: [[0.0, 0.5 if v == pick else 0.1]] * 3 for v in VALUES})
     _sweep(runs, "noclip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in VALUES},
            point={"method.num_iterations": 2})  # fmt: skip
-    jobs = {j.name: j.cmd for j in mini.rl_jobs(cfg, tmp_path, "select")}
+    jobs = {j.name: j.cmd for j in grid.rl_jobs(cfg, tmp_path, "select")}
     assert set(jobs) == {"rl-tuned-0", "rl-tuned-1", "rl-tuned-2", "rl-tuned_noclip2"}
     lrs = {next(a for a in c if a.startswith("method=")): next(a for a in c if "learning_rate" in a)
            for c in jobs.values() if "method.num_iterations=2" not in c}  # fmt: skip
@@ -120,48 +121,48 @@ def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
                    "method=noclip": "trainer.learning_rate=0.0001"}  # fmt: skip
     assert all("run_tag=tuned" in c and "seed=0,1,2,3,4,5,6,7,8,9" in c for c in jobs.values())
     assert "trainer.learning_rate=0.001" in jobs["rl-tuned_noclip2"]
-    tagged = {(m, t) for m, t, s in mini.rl_runs(cfg, tmp_path) if t.startswith("tuned-")}
+    tagged = {(m, t) for m, t, s in grid.rl_runs(cfg, tmp_path) if t.startswith("tuned-")}
     assert tagged == {("clip", "tuned-learning_rate0.001"), ("pspo", "tuned-learning_rate0.0003"),
                       ("noclip", "tuned-learning_rate0.0001"),
                       ("noclip", "tuned-num_iterations2_learning_rate0.001")}  # fmt: skip
-    assert not [j for j in mini.rl_jobs(cfg, tmp_path, "sweep") if "run_tag=tuned" in j.cmd]
+    assert not [j for j in grid.rl_jobs(cfg, tmp_path, "sweep") if "run_tag=tuned" in j.cmd]
 
 
 def test_reuse_committed_checks_the_recomputed_base(tmp_path, capsys):
     """reuse_committed: new runs are compared with committed ones only if the SFT base is the same one."""
     same = {"val_accuracy": 0.015, "model_sha256": "ab" * 32}
-    mini.check_same_base(same, dict(same), tmp_path)
+    stages.check_same_base(same, dict(same), tmp_path)
     assert "matches the committed one" in capsys.readouterr().out
-    with pytest.raises(mini.StageError, match="sha256"):
-        mini.check_same_base({**same, "model_sha256": "cd" * 32}, same, tmp_path)
-    with pytest.raises(mini.StageError, match="validation accuracy 0.02 differs"):
-        mini.check_same_base({"val_accuracy": 0.02}, {"val_accuracy": 0.015}, tmp_path)
-    with pytest.raises(mini.StageError, match="no sft record"):
-        mini.check_same_base(same, None, tmp_path)
+    with pytest.raises(pipeline_jobs.StageError, match="sha256"):
+        stages.check_same_base({**same, "model_sha256": "cd" * 32}, same, tmp_path)
+    with pytest.raises(pipeline_jobs.StageError, match="validation accuracy 0.02 differs"):
+        stages.check_same_base({"val_accuracy": 0.02}, {"val_accuracy": 0.015}, tmp_path)
+    with pytest.raises(pipeline_jobs.StageError, match="no sft record"):
+        stages.check_same_base(same, None, tmp_path)
 
 
 def test_each_tuned_point_is_ready_as_soon_as_its_own_sweep_is(tmp_path):
-    """conf/study.yaml: a tuned job joins the queue once its method's sweep has finished, not after all."""
-    cfg = compose_config(PROJECT_ROOT / "conf", "study", [f"root={tmp_path}"])
+    """conf/pipeline/study.yaml: a tuned job joins the queue once its method's sweep has finished, not after all."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study", f"root={tmp_path}"])
     runs = tmp_path / "runs" / "mini_sft"
     issued: set[str] = set()
-    assert mini.ready_select_jobs(cfg, tmp_path, issued) == []
+    assert grid.ready_select_jobs(cfg, tmp_path, issued) == []
     _sweep(runs, "clip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in VALUES})
-    first = mini.ready_select_jobs(cfg, tmp_path, issued)
+    first = grid.ready_select_jobs(cfg, tmp_path, issued)
     assert [j.name for j in first] == ["rl-tuned-0"]
     assert "method=clip" in first[0].cmd and "trainer.learning_rate=0.001" in first[0].cmd
-    assert mini.ready_select_jobs(cfg, tmp_path, issued) == []  # issued once only
+    assert grid.ready_select_jobs(cfg, tmp_path, issued) == []  # issued once only
     _sweep(runs, "pspo", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in VALUES})
-    assert [j.name for j in mini.ready_select_jobs(cfg, tmp_path, issued)] == ["rl-tuned-1"]
+    assert [j.name for j in grid.ready_select_jobs(cfg, tmp_path, issued)] == ["rl-tuned-1"]
     # the same jobs as the all-at-once path, and the sweeps the tuned groups read go first
     _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES})
     _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES}, point={"method.num_iterations": 2})
-    rest = {j.name: j.cmd for j in mini.ready_select_jobs(cfg, tmp_path, issued)}
-    every = {j.name: j.cmd for j in mini.rl_jobs(cfg, tmp_path, "select")}
+    rest = {j.name: j.cmd for j in grid.ready_select_jobs(cfg, tmp_path, issued)}
+    every = {j.name: j.cmd for j in grid.rl_jobs(cfg, tmp_path, "select")}
     assert set(rest) | {"rl-tuned-0", "rl-tuned-1"} == set(every) and all(
         every[n] == c for n, c in rest.items()
     )
-    prio = {j.name: j.priority for j in mini.rl_jobs(cfg, tmp_path, "sweep")}
+    prio = {j.name: j.priority for j in grid.rl_jobs(cfg, tmp_path, "sweep")}
     assert {n for n, p in prio.items() if p} == {n for n in prio if n.startswith("rl-tune_")} != set()
 
 
@@ -171,7 +172,9 @@ def test_run_jobs_starts_ready_jobs_beside_running_ones(tmp_path):
 
     def job(name, seconds, cost, priority=0):
         code = f"import time, pathlib; time.sleep({seconds}); pathlib.Path(r'{tmp_path}/{name}.done').touch()"
-        return mini.Job(name, [sys.executable, "-c", code], cost, tmp_path / f"{name}.log", priority=priority)
+        return pipeline_jobs.Job(
+            name, [sys.executable, "-c", code], cost, tmp_path / f"{name}.log", priority=priority
+        )
 
     handed: list[str] = []
 
@@ -189,7 +192,7 @@ def test_run_jobs_starts_ready_jobs_beside_running_ones(tmp_path):
 
     # "first" goes before the costlier "long" (priority); "late" starts when "first" ends, "long" still running
     jobs = [job("long", 6, 5.0), job("first", 0, 1.0, priority=1)]
-    mini.run_jobs(jobs, 2, dict(os.environ), Bar(), lambda: 0, ready)
+    pipeline_jobs.run_jobs(jobs, 2, dict(os.environ), Bar(), lambda: 0, ready)
     assert handed == ["late"]
     done = {p.stem: p.stat().st_mtime for p in tmp_path.glob("*.done")}
     assert set(done) == {"first", "long", "late"} and done["late"] < done["long"]

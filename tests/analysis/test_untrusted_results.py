@@ -241,7 +241,7 @@ def test_new_metric_keys_and_per_prompt_fields_are_tolerated(tmp_path, monkeypat
 
 def test_cell_check_is_exact_on_a_real_cell():
     from pspo_repro.analysis.results_io import cell_problem
-    from pspo_repro.evaluation.evaluator import cell_metrics
+    from pspo_repro.evaluation.metrics import cell_metrics
 
     cell = _cell(1)
     cell["metrics"] = cell_metrics(cell["per_prompt"])  # the evaluator's own arithmetic passes
@@ -272,13 +272,12 @@ def test_a_checkpoint_named_although_unfinished_warns_once_and_is_marked(
         "best_checkpoint": "checkpoint-2",
     }
     (run / "run.json").write_text(json.dumps(info))
-    monkeypatch.setattr(ev, "PROVISIONAL", {})
     cfg = ev.compose_config([f"run={run}"])
     with pytest.raises(ev.EvalError, match="not 'finished'"):
         ev.resolve_target(cfg)
     target = ev.resolve_target(ev.compose_config([f"run={run}", "checkpoint=checkpoint-2"]))
-    assert "'running'" in ev.PROVISIONAL[target.checkpoint]
-    assert "pspo_complete.json" in ev.PROVISIONAL[target.checkpoint]
+    assert "'running'" in target.provisional
+    assert "pspo_complete.json" in target.provisional
 
 
 # ---------------------------------------------------------------- class 6: outputs as one set

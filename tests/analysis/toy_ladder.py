@@ -1,5 +1,5 @@
 """A toy model-size ladder every part of ``analysis.scale`` can read in a second: per rung the records
-conf/claims_scale.yaml measures (the lr sweep on seed 100 with its validation rewards, the tuned runs on seeds
+conf/claims/scale.yaml measures (the lr sweep on seed 100 with its validation rewards, the tuned runs on seeds
 0-2, the stale pair, the base's cells on both datasets), with a GR-PSPO - GRPO-clip gap set per rung."""
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ LADDER = [
     {
         "name": "small",
         "arch": {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32},
+        "params": 190_464,
     },
-    {"name": "mid", "arch": {}},
+    {"name": "mid", "arch": {}, "params": 446_464},
     {
         "name": "big",
         "arch": {
@@ -82,8 +83,9 @@ LADDER = [
             "intermediate_size": 512,
             "num_hidden_layers": 3,
         },
+        "params": 2_204_928,
     },  # fmt: skip
-    {"name": "mid_general", "arch": {}, "general_of": "mid", "sft": {"data.n_train": 500}},
+    {"name": "mid_general", "arch": {}, "params": 446_464, "general_of": "mid", "sft": {"data.n_train": 500}},
 ]
 
 

@@ -9,10 +9,10 @@ from omegaconf import OmegaConf
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import CONF_DIR
 
-CASES = [
-    (name, [])
-    for name in ("train", "evaluate", "sft", "aggregate", "mini", "study", "leaderboard", "scale", "explore")
-] + [
+CASES = [(name, []) for name in ("train", "evaluate", "sft", "aggregate", "mini", "scale", "explore")] + [
+    ("mini", ["pipeline=study"]),
+    ("mini", ["pipeline=leaderboard"]),
+    ("mini", ["pipeline=scale_rung"]),
     ("train", ["experiment=paper_qwen2p5_0p5b", "method=clip", "hparams_search=pspo"]),
     ("train", ["model=tiny", "method=sapo", "reward=math_verify_format", "+method.note=x"]),
     ("evaluate", ["eval=math", "temperatures=[0.0,0.8]", "hydra/launcher=slurm"]),

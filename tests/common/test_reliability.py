@@ -22,7 +22,7 @@ ALLOWED = {
         'open(self.path, "a"',
     ): "metrics.jsonl is append-only; readers drop a torn last line",
     (
-        "evaluation/evaluator.py",
+        "evaluation/cells.py",
         'open(path, "a"',
     ): "partial shard: append-only, fsynced, torn line dropped on resume",
     ("evaluation/evaluator.py", 'open(c.paths["lock"], "a")'): "an empty lock file (fcntl.flock)",
@@ -38,11 +38,14 @@ ALLOWED = {
     ("analysis/plots.py", "fig.savefig(buf"): "into an in-memory buffer; written atomically by aggregate",
     ("analysis/plots.py", "fig.savefig(fh"): "into an atomic_open handle",
     ("explore/plots.py", "fig.savefig(fh"): "into an atomic_open handle",
-    ("analysis/claims.py", "fig.savefig(buf"): "into an in-memory buffer; written as one set by write_set",
+    (
+        "analysis/claims_report.py",
+        "fig.savefig(buf",
+    ): "into an in-memory buffer; written as one set by write_set",
     ("analysis/scale.py", "fig.savefig(buf"): "into an in-memory buffer; written as one set by write_set",
     ("analysis/aggregate.py", "to_csv(index=False)"): "to a string; written atomically by write_outputs",
     (
-        "pipelines/mini.py",
+        "pipelines/jobs.py",
         'open(job.log, "w")',
     ): "a stage's streaming subprocess log (work/logs/), not a result",
     (

@@ -202,6 +202,7 @@ def test_evaluated_and_aggregated_with_the_math_sets(results_root, tmp_path, tin
     from pspo_repro.analysis import aggregate
     from pspo_repro.common.cli import compose_config
     from pspo_repro.common.paths import CONF_DIR
+    from pspo_repro.evaluation import cells
     from pspo_repro.evaluation import evaluator as ev
 
     mmlu = write_parquet(tmp_path / "data" / "mmlu.parquet", MMLU_ROWS)
@@ -217,7 +218,7 @@ def test_evaluated_and_aggregated_with_the_math_sets(results_root, tmp_path, tin
     ]
     for r in results:
         assert set(r["metrics"]) >= {"true_acc", "reward_acc"}
-        assert r["grader"] == ev.GRADER_VERSION
+        assert r["grader"] == cells.GRADER_VERSION
     aggregate.run(compose_config(CONF_DIR, "aggregate", [f"results_dir={results_root}"]))
     table = (results_root / "tables" / "main_true_acc.md").read_text()
     assert "| MMLU | BoolQ |" in table

@@ -11,7 +11,9 @@ import pytest
 
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.data.problems import DataError
+from pspo_repro.evaluation import cells
 from pspo_repro.evaluation import evaluator as ev
+from pspo_repro.evaluation.metrics import cell_metrics
 
 PROJECT = PROJECT_ROOT
 
@@ -30,7 +32,7 @@ def _pp(n, rc, tc, rmaj=0, tmaj=0, length=10.0):
 
 def test_cell_metrics_hand_computed():
     rows = [_pp(4, 2, 3, 1, 1, 10.0), _pp(4, 0, 1, 0, 0, 20.0)]
-    m = ev.cell_metrics(rows)
+    m = cell_metrics(rows)
     assert m["reward_acc"] == pytest.approx(2 / 8)  # over all samples, not the first column
     assert m["true_acc"] == pytest.approx(4 / 8)
     # pass@2, prompt 1: 1 - C(2,2)/C(4,2) = 5/6; prompt 2: 0
@@ -50,8 +52,8 @@ def test_per_prompt_row_majority_and_counts():
 
     rec = {"id": "p", "gold": "7", "authors_gold": "7 (apples)",
            "samples": [s("5", 0, 1, 2), s("7", 1, 1, 4), s("5", 0, 0, 6)]}  # fmt: skip
-    row = ev.per_prompt_row(rec)
-    assert ev.per_prompt_row({**rec, "authors_gold": None})["authors_gold"] == "7"  # theirs = ours
+    row = cells.per_prompt_row(rec)
+    assert cells.per_prompt_row({**rec, "authors_gold": None})["authors_gold"] == "7"  # theirs = ours
     assert row == {
         "id": "p",
         "authors_gold": "7 (apples)",  # the string the authors' reward read: the tables' denominators
@@ -76,15 +78,15 @@ def test_per_prompt_row_majority_and_counts():
 def test_partial_shard_dedup_torn_line_and_header(tmp_path):
     path = tmp_path / "T0.0.partial.jsonl"
     header = {"a": 1}
-    ev.append_records(path, header, [{"id": "p1", "v": 1}, {"id": "p2", "v": 2}])
-    ev.append_records(path, header, [{"id": "p1", "v": 99}])  # a duplicate (re-run of a chunk)
+    cells.append_records(path, header, [{"id": "p1", "v": 1}, {"id": "p2", "v": 2}])
+    cells.append_records(path, header, [{"id": "p1", "v": 99}])  # a duplicate (re-run of a chunk)
     with open(path, "a") as fh:
         fh.write('{"id": "p3", "v"')  # torn by a kill
-    done = ev.read_partial(path, header, {"p1", "p2", "p3"})
+    done = cells.read_partial(path, header, {"p1", "p2", "p3"})
     assert {k: v["v"] for k, v in done.items()} == {"p1": 1, "p2": 2}
-    ev.append_records(path, header, [{"id": "p3", "v": 3}])  # lands on its own line
-    assert ev.read_partial(path, header, {"p1", "p2", "p3"})["p3"]["v"] == 3
-    assert ev.read_partial(path, {"a": 2}, {"p1"}) == {} and not path.exists()  # other settings: discarded
+    cells.append_records(path, header, [{"id": "p3", "v": 3}])  # lands on its own line
+    assert cells.read_partial(path, header, {"p1", "p2", "p3"})["p3"]["v"] == 3
+    assert cells.read_partial(path, {"a": 2}, {"p1"}) == {} and not path.exists()  # other settings: discarded
 
 
 # ---------------------------------------------------------------- bad input: one line, nothing written
@@ -301,8 +303,10 @@ def test_only_cells_holding_a_list_gold_carry_the_list_grader():
     from pspo_repro.data.problems import Problem
 
     math = [Problem("m/1", "q", "1/2", "latex"), Problem("m/528", "q", "70,110", "list")]
-    assert ev.grader_version(math) == ev.LIST_GRADER_VERSION == 4
-    assert ev.grader_version(math[:1]) == ev.GRADER_VERSION == 3  # committed cells of other sets stay valid
+    assert cells.grader_version(math) == cells.LIST_GRADER_VERSION == 4
+    assert (
+        cells.grader_version(math[:1]) == cells.GRADER_VERSION == 3
+    )  # committed cells of other sets stay valid
 
 
 @pytest.mark.slow
@@ -323,8 +327,8 @@ def test_cells_record_non_default_numerics_and_never_mix_them(results_root, monk
     plain = ev.evaluate(_cfg(*sweep))
     assert "numerics" not in plain[0]
     monkeypatch.setenv("PSPO_RESULTS_DIR", str(results_root / "other"))
-    cells = ev.evaluate(_cfg(*sweep, "dtype=bfloat16", "attn_implementation=eager"))
-    assert cells[0]["numerics"] == {"dtype": "bfloat16", "attn_implementation": "eager"}
+    bf16_cells = ev.evaluate(_cfg(*sweep, "dtype=bfloat16", "attn_implementation=eager"))
+    assert bf16_cells[0]["numerics"] == {"dtype": "bfloat16", "attn_implementation": "eager"}
     import torch
 
     assert loaded[-1] == (torch.bfloat16, "eager") and loaded[0][0] == torch.float32

@@ -14,6 +14,7 @@ from pspo_repro.analysis.stats import bootstrap_interval, paired_comparison
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.data.problems import Problem
+from pspo_repro.evaluation import cells
 from pspo_repro.evaluation import evaluator as ev
 from pspo_repro.evaluation.metrics import authors_vote, cell_metrics, maj_correct, pass_at_k, prompt_value
 
@@ -84,7 +85,7 @@ def _row(answers, rflags, tflags, rewards, lengths, pid="p"):
         }
         for a, r, t, w, n in zip(answers, rflags, tflags, rewards, lengths, strict=True)
     ]
-    return ev.per_prompt_row({"id": pid, "samples": samples})
+    return cells.per_prompt_row({"id": pid, "samples": samples})
 
 
 def test_cell_metrics_authors_hand_computed():
@@ -191,9 +192,9 @@ def test_a_bad_gold_row_is_recorded_not_raised():
     bad = Problem("x/0", "q", "not a number", "numeric", None)
     rec = ev.grade_samples(bad, [C(), C()])
     assert all(s["reward_correct"] == 0 and "grading_error" in s for s in rec["samples"])
-    row = ev.per_prompt_row(rec)
+    row = cells.per_prompt_row(rec)
     assert row["grading_error"].startswith("ValueError: numeric gold answer is not a number")
-    assert ev.cell_metrics([row])["grading_errors"] == 1
+    assert cell_metrics([row])["grading_errors"] == 1
     good = ev.grade_samples(Problem("gsm_hard/218", "q", "2.0107e-06", "numeric", None), [C()])
     assert "grading_error" not in good["samples"][0]
 

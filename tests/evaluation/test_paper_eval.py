@@ -8,7 +8,9 @@ import pytest
 
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.data.datasets import load_benchmark
+from pspo_repro.evaluation import cells
 from pspo_repro.evaluation import evaluator as ev
+from pspo_repro.evaluation.metrics import cell_metrics
 
 
 def _done(text):
@@ -48,9 +50,9 @@ def test_authors_column_differs_from_ours_where_the_authors_differ():
     rec = ev.grade_samples(
         p, [_done("#### 25%"), _done("#### 18\nNext question.\n#### 25"), _done("#### 25")]
     )
-    row = ev.per_prompt_row(rec)
+    row = cells.per_prompt_row(rec)
     assert row["reward_correct"] == 3 and row["authors_correct"] == 1
-    m = ev.cell_metrics([row])
+    m = cell_metrics([row])
     assert m["authors_acc"] == pytest.approx(1 / 3) and m["reward_acc"] == 1.0
     assert m["authors_pass@2"] == pytest.approx(1 - 1 / 3)  # 1 - C(2,2)/C(3,2)
 
@@ -58,7 +60,7 @@ def test_authors_column_differs_from_ours_where_the_authors_differ():
 def test_old_rows_without_the_authors_column_give_no_authors_metrics():
     row = {"id": "p", "n": 1, "reward_correct": 1, "true_correct": 1, "reward_maj": 1, "true_maj": 1,
            "mean_length": 3.0}  # fmt: skip
-    m = ev.cell_metrics([row])
+    m = cell_metrics([row])
     assert "authors_acc" not in m and m["reward_acc"] == 1.0
 
 

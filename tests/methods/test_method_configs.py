@@ -59,9 +59,9 @@ def test_an_alias_is_its_method_and_no_second_registry_entry(alias, target):
 
 
 def test_the_leaderboard_sweeps_no_alias():
-    from pspo_repro.pipelines import mini  # noqa: F401  (registers the ${registered_methods:} resolver)
+    from pspo_repro.pipelines import grid  # noqa: F401  (registers the ${registered_methods:} resolver)
 
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", [])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard"])
     assert list(cfg.eval.methods) == list_methods()
     assert not set(cfg.eval.methods) & set(METHOD_ALIASES)
 

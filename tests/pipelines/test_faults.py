@@ -593,7 +593,7 @@ def test_failed_write_keeps_previous_file_and_names_path(tmp_path, monkeypatch, 
         elif writer == "write_text":
             atomic.write_text(target, "new text")
         elif writer == "completions":
-            from pspo_repro.evaluation.evaluator import write_completions
+            from pspo_repro.evaluation.cells import write_completions
 
             write_completions(target, [{"id": "p", "samples": []}])
         elif writer == "aggregate":
@@ -601,9 +601,9 @@ def test_failed_write_keeps_previous_file_and_names_path(tmp_path, monkeypatch, 
 
             write_outputs(Outputs(files={target: "new table"}))
         else:
-            from pspo_repro.common.run_dir import write_run_json
+            from pspo_repro.common.run_folder import RunFolder
 
-            write_run_json(target.parent, {"status": "running"})
+            RunFolder(target.parent).write({"status": "running"})
     assert str(target) in str(err.value)
     assert target.read_bytes() == b"previous good content"
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temp file left

@@ -14,7 +14,9 @@ import pytest
 from pspo_repro.analysis.tuning import TuningError
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
-from pspo_repro.pipelines import mini, mini_committed
+from pspo_repro.pipelines import committed_copy, cpu_pipeline, grid, markers
+from pspo_repro.pipelines import jobs as pipeline_jobs
+from pspo_repro.pipelines import settings as pipeline_settings
 
 # 32/8/8 problems, a 4-step SFT, 2 methods x 1 seed of ~2 rollouts (conf/experiment/mini_smoke.yaml),
 # 8 test problems at T = 0 and 0.8.
@@ -29,7 +31,7 @@ SMOKE = [
     "eval.methods=[clip,pspo]",
     "eval.tags=[]",
     "eval.overrides=['eval=synthetic','temperatures=[0.0,0.8]','n_samples=2','max_new_tokens=16','backend=hf']",
-    "eval.method_overrides=null",  # ({} would merge into conf/mini.yaml's entries, not replace them)
+    "eval.method_overrides=null",  # ({} would merge into conf/pipeline/mini.yaml's entries, not replace them)
     "aggregate.overrides=['expected_seeds=1']",
     "aggregate.ablation_tag_prefix=alpha",
     "aggregate.regime.regime_offpolicy=null",  # no off-policy runs here
@@ -42,12 +44,12 @@ def _compose(overrides: list[str]):
 
 def test_config_composes_and_run_list():
     cfg = _compose([])
-    runs = mini.rl_runs(cfg)
+    runs = grid.rl_runs(cfg)
     methods = {m for m, t, _ in runs if not t}
     assert methods == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
     assert len(runs) == 7 * 3 + 2 * 2  # 7 methods x 3 seeds; clip, pspo off-policy x 2 seeds
     assert {t for _, t, _ in runs} == {"", "offpolicy"}
-    jobs = {j.name: j.cmd for j in mini.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
+    jobs = {j.name: j.cmd for j in grid.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
     assert (
         "experiment=mini_offpolicy" in jobs["rl-offpolicy_a"]
         and "run_tag=offpolicy" in jobs["rl-offpolicy_a"]
@@ -57,10 +59,10 @@ def test_config_composes_and_run_list():
 
 
 def test_study_config_composes():
-    cfg = compose_config(PROJECT_ROOT / "conf", "study", [])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study"])
     with pytest.raises(TuningError):  # the tuned groups need their tuning runs' validation first
-        mini.rl_runs(cfg)
-    runs = mini.rl_runs(cfg, unresolved=True)
+        grid.rl_runs(cfg)
+    runs = grid.rl_runs(cfg, unresolved=True)
     assert str(cfg.root) == "results/study"
     assert {m for m, t, _ in runs if not t} == {
         "clip",
@@ -79,19 +81,19 @@ def test_study_config_composes():
     # infrastructure keys (save_steps) name no folder, as in training's own tag
     assert ("pspo", "reuse-num_iterations1_steps_per_generation4", 0) in runs
     assert {m for m, t, _ in runs if t == "offpolicy"} == {"clip", "noclip", "pspo", "sapo", "p3o"}
-    alpha = sorted(t for m, t, s in mini.ablation_runs(cfg) if s == 0)
+    alpha = sorted(t for m, t, s in grid.ablation_runs(cfg) if s == 0)
     assert alpha == [f"offpolicy-alpha0.{a}_max_grad_norm0.2" for a in range(1, 6)]
     assert all(g.name and isinstance(g.name, str) for g in cfg.rl.groups)  # YAML reads `off` as False
 
 
 def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
-    """conf/mini.yaml: the base model and the paired pair (pspo, clip) at the paper's 16 samples, the rest at 4."""
+    """conf/pipeline/mini.yaml: the base model and the paired pair (pspo, clip) at the paper's 16 samples, the rest at 4."""
     cfg = _compose([f"root={tmp_path}"])
-    for m, t, s in mini.rl_runs(cfg):
-        folder = mini.run_dir_of(tmp_path, m, t, s)
+    for m, t, s in grid.rl_runs(cfg):
+        folder = grid.run_dir_of(tmp_path, m, t, s)
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps({"status": "finished"}))
-    jobs, n = mini.eval_jobs(cfg, tmp_path)
+    jobs, n = grid.eval_jobs(cfg, tmp_path)
     assert n == 7 * 3 + 2 * 2 + 1
     samples = {}
     for job in (j for j in jobs if not j.name.startswith("eval-heldout")):
@@ -117,23 +119,23 @@ def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
     held_runs = sum(a.count(",") + 1 for j in held for a in j.cmd if a.startswith("run="))
     assert held_runs == n - 1
     bad = _compose([f"root={tmp_path}", "+eval.method_overrides.grpo=['n_samples=2']"])
-    with pytest.raises(mini.StageError, match="grpo"):
-        mini.eval_jobs(bad, tmp_path)
+    with pytest.raises(pipeline_jobs.StageError, match="grpo"):
+        grid.eval_jobs(bad, tmp_path)
 
 
 def test_tagging_overrides_are_refused(tmp_path):
     cfg = _compose([f"root={tmp_path}", "rl.overrides=['trainer.learning_rate=1e-3']"])
-    with pytest.raises(mini.StageError, match="experiment"):
-        mini.rl_jobs(cfg, tmp_path)
+    with pytest.raises(pipeline_jobs.StageError, match="experiment"):
+        grid.rl_jobs(cfg, tmp_path)
     for bad in ("method.eps_low=0.3", "+trainer.learning_rate=1e-3"):
-        with pytest.raises(mini.StageError, match="experiment"):
-            mini.rl_jobs(_compose([f"root={tmp_path}", f"rl.overrides=['{bad}']"]), tmp_path)
+        with pytest.raises(pipeline_jobs.StageError, match="experiment"):
+            grid.rl_jobs(_compose([f"root={tmp_path}", f"rl.overrides=['{bad}']"]), tmp_path)
 
 
 def test_infrastructure_overrides_reach_every_run(tmp_path):
     # e.g. the log-prob head the committed mini was computed with (docs/mini.md): no tag, so the same folders
     cfg = _compose([f"root={tmp_path}", "rl.overrides=['trainer.logprob_head=fused']"])
-    jobs = mini.rl_jobs(cfg, tmp_path)
+    jobs = grid.rl_jobs(cfg, tmp_path)
     assert jobs and all("trainer.logprob_head=fused" in j.cmd for j in jobs)
 
 
@@ -141,12 +143,12 @@ def test_infrastructure_overrides_reach_every_run(tmp_path):
 def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     root = tmp_path / "mini"
     cfg = _compose([f"root={root}", *SMOKE])
-    timings = mini.run_pipeline(cfg)
-    assert set(timings["stages"]) == set(mini.STAGES)
+    timings = cpu_pipeline.run_pipeline(cfg)
+    assert set(timings["stages"]) == set(markers.STAGES)
     assert (root / "work" / "data" / "synthetic" / "test.jsonl").read_text().count("\n") == 8
     assert json.loads((root / "work" / "sft" / "sft.json").read_text())["train_steps"] == 4
     for method, tag in (("clip", ""), ("pspo", ""), ("pspo", "alpha0.3")):
-        run = mini.run_dir_of(root, method, tag, 0)
+        run = grid.run_dir_of(root, method, tag, 0)
         info = json.loads((run / "run.json").read_text())
         assert info["status"] == "finished" and info["stop_reason"] == "token_budget"
         # The RL runs start from the SFT checkpoint (its own config), not the tiny model.
@@ -179,9 +181,9 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     # A rerun skips every stage (markers match) and changes nothing.
     before = (root / "main_reward_acc.md").read_text()
     capsys.readouterr()
-    mini.run_pipeline(cfg)
+    cpu_pipeline.run_pipeline(cfg)
     out = capsys.readouterr().out
-    assert all(f"{s}: done already" in out for s in mini.STAGES)
+    assert all(f"{s}: done already" in out for s in markers.STAGES)
     assert (root / "main_reward_acc.md").read_text() == before
 
     # A fresh clone of the committed copy (results, no work/): everything is recomputed, not skipped as
@@ -194,7 +196,7 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     # numbers; it saves two interpreters), each a fresh interpreter: the first run's jobs were forked from
     # the warm-start server (pspo_repro/pipelines/warm_start.py), so the comparison below also holds them
     # bit for bit equal to what fresh interpreters compute.
-    timings = mini.run_pipeline(_compose([f"root={root}", *SMOKE, "parallel=1", "warm_start=false"]))
+    timings = cpu_pipeline.run_pipeline(_compose([f"root={root}", *SMOKE, "parallel=1", "warm_start=false"]))
     out = capsys.readouterr().out
     assert "done already" not in out
     assert (root / "work" / "committed" / "runs").is_dir() and (root / "work" / "sft" / "model").is_dir()
@@ -205,7 +207,7 @@ def test_reduced_pipeline_end_to_end(tmp_path, capsys):
     assert agreement["groups"] == 3 * (2 + 1) * 2 and agreement["disagree"] == [], (
         agreement
     )  # 3 models x (2 T + the held-out skill's T = 0) x 2 metrics
-    text = mini.summary(root, timings)
+    text = cpu_pipeline.summary(root, timings)
     assert "bitwise identical to the committed copy" in text and "agrees with the committed copy" in text
 
 
@@ -231,10 +233,10 @@ def test_leaderboard_smoke_end_to_end(tmp_path):
         # subject is the leaderboard (the mini's two at once are test_reduced_pipeline_end_to_end's).
         "parallel=1",
     ]
-    cfg = compose_config(PROJECT_ROOT / "conf", "leaderboard", overrides)
-    mini.run_pipeline(cfg)
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=leaderboard", *overrides])
+    cpu_pipeline.run_pipeline(cfg)
     for method in ("clip", "pspo"):
-        info = json.loads((mini.run_dir_of(root, method, stale, 0) / "run.json").read_text())
+        info = json.loads((grid.run_dir_of(root, method, stale, 0) / "run.json").read_text())
         assert info["config"]["trainer"]["steps_per_generation"] == 2 and info["status"] == "finished"
     with (root / "leaderboard.csv").open() as fh:
         rows = list(csv.DictReader(fh))
@@ -264,15 +266,15 @@ def test_committed_copy_comparison_names_what_differs(tmp_path):
         run = tree / "runs" / "m" / "clip" / "seed0" / "metrics.jsonl"
         run.parent.mkdir(parents=True)
         run.write_text(json.dumps({"step": 1, "train/reward": reward, "train/step_time": reward}) + "\n")
-        for name in mini_committed.TABLES:
+        for name in committed_copy.TABLES:
             (tree / name).write_text("a,b\n1,2\n")
     (new / "alpha_ablation.csv").unlink()
-    report = mini_committed.compare(old, new)
+    report = committed_copy.compare(old, new)
     # Provenance (git_sha) and timings do not count; the reward and the missing table do.
     assert report["identical"] == {"tables": 4, "runs": 0, "cells": 1}
     assert report["different"] == ["runs/m/clip/seed0/metrics.jsonl"]
     assert report["missing"] == ["alpha_ablation.csv"]
-    assert mini_committed.describe(report).startswith("not bitwise identical")
+    assert committed_copy.describe(report).startswith("not bitwise identical")
 
 
 def _cells(tree, method, values, correct_of=None, temperature=0.0, n=200):
@@ -294,9 +296,9 @@ def test_agreement_within_seed_variance(tmp_path):
     _cells(new, "clip", [0.52, 0.49, 0.55])
     _cells(old, "baseline", [0.415])
     _cells(new, "baseline", [0.44])
-    report = mini_committed.agreement(old, new, metrics=("reward_acc",))
+    report = committed_copy.agreement(old, new, metrics=("reward_acc",))
     assert report["groups"] == 2 and report["disagree"] == [] and report["only_one_side"] == []
-    assert mini_committed.describe_agreement(report).startswith("agrees with the committed copy")
+    assert committed_copy.describe_agreement(report).startswith("agrees with the committed copy")
 
 
 def test_agreement_names_the_cells_that_disagree(tmp_path):
@@ -308,7 +310,7 @@ def test_agreement_names_the_cells_that_disagree(tmp_path):
     _cells(old, "baseline", [0.20])
     _cells(new, "baseline", [0.45])  # 40/200 vs 90/200: Fisher p ~ 1e-7
     _cells(old, "sapo", [0.3, 0.3])  # only in the committed copy
-    report = mini_committed.agreement(old, new, metrics=("reward_acc",))
+    report = committed_copy.agreement(old, new, metrics=("reward_acc",))
     assert report["groups"] == 3
     assert sorted(d["cell"] for d in report["disagree"]) == [
         "m/baseline/synthetic/T0.0/reward_acc",
@@ -316,7 +318,7 @@ def test_agreement_names_the_cells_that_disagree(tmp_path):
     ]
     assert {d["test"] for d in report["disagree"]} == {"welch", "fisher"}
     assert len(report["only_one_side"]) == 1
-    line = mini_committed.describe_agreement(report)
+    line = committed_copy.describe_agreement(report)
     assert line.startswith("does NOT agree") and "m/clip/synthetic/T0.0/reward_acc 0.510->0.710" in line
 
 
@@ -325,7 +327,7 @@ def test_agreement_of_identical_copies(tmp_path):
     old, new = tmp_path / "old", tmp_path / "new"
     for tree in (old, new):
         _cells(tree, "clip", [0.5, 0.5, 0.5])
-    assert mini_committed.agreement(old, new, metrics=("reward_acc",))["disagree"] == []
+    assert committed_copy.agreement(old, new, metrics=("reward_acc",))["disagree"] == []
 
 
 def test_set_aside_only_without_work_folder(tmp_path):
@@ -333,13 +335,13 @@ def test_set_aside_only_without_work_folder(tmp_path):
     (root / "runs").mkdir(parents=True)
     (root / "main_reward_acc.md").write_text("x")
     (root / "work").mkdir()
-    assert mini_committed.set_aside(root) is None  # the machine that made them: its markers count
+    assert committed_copy.set_aside(root) is None  # the machine that made them: its markers count
     (root / "work").rmdir()
-    dest = mini_committed.set_aside(root)
+    dest = committed_copy.set_aside(root)
     assert dest == root / "work" / "committed"
     assert sorted(p.name for p in root.iterdir()) == ["work"]
     assert sorted(p.name for p in dest.iterdir()) == ["main_reward_acc.md", "runs"]
-    assert mini_committed.set_aside(tmp_path / "empty") is None
+    assert committed_copy.set_aside(tmp_path / "empty") is None
 
 
 def test_premature_answer_habit():
@@ -362,7 +364,7 @@ def test_premature_answer_habit():
 
 
 def test_regime_run_stats(tmp_path):
-    from pspo_repro.analysis import regime
+    from pspo_repro.analysis import regime, run_stats
 
     rows = [
         # a fresh rollout (ratio 1) then a reused one; the reward falls below half: a collapse
@@ -378,7 +380,7 @@ def test_regime_run_stats(tmp_path):
     ]  # fmt: skip
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    s = regime.run_stats(path, max_grad_norm=1.0)
+    s = run_stats.run_stats(path, max_grad_norm=1.0)
     assert s["zero_grad"] == pytest.approx(0.15) and s["zero_grad_reuse"] == pytest.approx(0.3)
     assert s["behaviour_kl"] == pytest.approx(0.03) and s["ratio_std"] == pytest.approx(0.2)
     assert s["grad_clipped"] == pytest.approx(0.25)
@@ -396,7 +398,7 @@ def test_rl_runs_tag_matches_training(tmp_path):
     cfg = _compose([
         "rl.groups=[{name: g, sweep: {method: clip, variant: as_run, trainer.save_steps: 6}}]",
     ])  # fmt: skip
-    (method, tag, _), *_ = mini.rl_runs(cfg)
+    (method, tag, _), *_ = grid.rl_runs(cfg)
     train = compose_config(
         PROJECT_ROOT / "conf",
         "train",
@@ -409,11 +411,11 @@ def test_rl_runs_tag_matches_training(tmp_path):
 
 def test_tagged_runs_get_their_own_eval_settings(tmp_path):
     cfg = _compose(["+eval.tagged_overrides=['temperatures=[0.0]']"])
-    for m, t, s in mini.rl_runs(cfg):
-        folder = mini.run_dir_of(tmp_path, m, t, s)
+    for m, t, s in grid.rl_runs(cfg):
+        folder = grid.run_dir_of(tmp_path, m, t, s)
         folder.mkdir(parents=True)
         (folder / "run.json").write_text('{"status": "finished"}')
-    jobs, _ = mini.eval_jobs(cfg, tmp_path)
+    jobs, _ = grid.eval_jobs(cfg, tmp_path)
     tagged = [j for j in jobs if "offpolicy" in " ".join(j.cmd) and "heldout" not in j.name]
     untagged = [
         j
@@ -428,13 +430,14 @@ def test_tagged_runs_get_their_own_eval_settings(tmp_path):
 
 
 def test_claims_job_only_when_configured(tmp_path):
-    assert mini.claims_cmds(_compose([]), tmp_path) == []
-    (job,) = mini.claims_cmds(compose_config(PROJECT_ROOT / "conf", "study", []), tmp_path)
+    assert grid.claims_cmds(_compose([]), tmp_path) == []
+    (job,) = grid.claims_cmds(compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study"]), tmp_path)
     assert (
-        job.cmd[2] == "pspo_repro.claims" and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims.yaml'}"
+        job.cmd[2] == "pspo_repro.claims"
+        and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims' / 'study.yaml'}"
     )
-    with pytest.raises(mini.StageError, match="aggregate.claims='nope.yaml': no such file"):
-        mini.claims_cmds(_compose(["aggregate.claims=nope.yaml"]), tmp_path)
+    with pytest.raises(pipeline_jobs.StageError, match="aggregate.claims='nope.yaml': no such file"):
+        grid.claims_cmds(_compose(["aggregate.claims=nope.yaml"]), tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -467,8 +470,8 @@ def test_claims_job_only_when_configured(tmp_path):
 )
 def test_bad_pipeline_settings_are_refused_before_anything_runs(tmp_path, override, message):
     cfg = _compose([f"root={tmp_path / 'r'}", override])
-    with pytest.raises(mini.SettingsError) as err:
-        mini.run_pipeline(cfg)
+    with pytest.raises(pipeline_settings.SettingsError) as err:
+        cpu_pipeline.run_pipeline(cfg)
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "r").exists()  # nothing written
 
@@ -492,8 +495,10 @@ def test_later_stages_on_a_fresh_clone_move_nothing(tmp_path):
     (root / "runs" / "x").mkdir(parents=True)
     (root / "main_true_acc.md").write_text("committed\n")
     cfg = _compose([f"root={root}", "stages=[eval,aggregate]"])
-    with pytest.raises(mini.StageError, match=r"no work/ folder .* \(data, sft, rl\) .*nothing was moved"):
-        mini.run_pipeline(cfg)
+    with pytest.raises(
+        pipeline_jobs.StageError, match=r"no work/ folder .* \(data, sft, rl\) .*nothing was moved"
+    ):
+        cpu_pipeline.run_pipeline(cfg)
     assert sorted(p.name for p in root.iterdir()) == ["main_true_acc.md", "runs"]
 
 
@@ -507,13 +512,13 @@ def test_corrupted_stage_marker_reruns_the_stage(tmp_path, capsys, content):
     """Issue 25 item 4: a stage marker that is not a record the pipeline wrote (cut, edited, not UTF-8) is
     named and the stage runs again (its entry points skip finished work); it used to be a traceback, or,
     without ``seconds``, a KeyError after the skip."""
-    path = mini.marker_path(tmp_path, "rl")
+    path = markers.marker_path(tmp_path, "rl")
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
-    assert mini.stage_done(tmp_path, "rl", "FP") is None
+    assert markers.stage_done(tmp_path, "rl", "FP") is None
     assert str(path) in capsys.readouterr().out
     path.write_text('{"fingerprint": "FP", "seconds": 3.5}')
-    assert mini.stage_done(tmp_path, "rl", "FP") == {"fingerprint": "FP", "seconds": 3.5}
+    assert markers.stage_done(tmp_path, "rl", "FP") == {"fingerprint": "FP", "seconds": 3.5}
 
 
 def test_corrupted_markers_and_timings_do_not_stop_the_pipeline(tmp_path):
@@ -522,11 +527,11 @@ def test_corrupted_markers_and_timings_do_not_stop_the_pipeline(tmp_path):
     root = tmp_path / "r"
     cfg = _compose([f"root={root}", "stages=[data]", "data.sizes={train: 8, validation: 4, test: 4}",
                     "data.heldout_sizes=null"])  # fmt: skip
-    mini.marker_path(root, "data").parent.mkdir(parents=True)
-    mini.marker_path(root, "data").write_text('{"fingerprint": "' + mini.fingerprint(cfg, "data") + '"')
+    markers.marker_path(root, "data").parent.mkdir(parents=True)
+    markers.marker_path(root, "data").write_text('{"fingerprint": "' + markers.fingerprint(cfg, "data") + '"')
     (root / "timings.json").write_bytes(b'\xff{"stages": {}}')
-    timings = mini.run_pipeline(cfg)
+    timings = cpu_pipeline.run_pipeline(cfg)
     assert set(timings["stages"]) == {"data"}
     assert json.loads((root / "timings.json").read_text())["stages"]["data"]["seconds"] >= 0
-    marker = json.loads(mini.marker_path(root, "data").read_text())
-    assert marker["fingerprint"] == mini.fingerprint(cfg, "data")
+    marker = json.loads(markers.marker_path(root, "data").read_text())
+    assert marker["fingerprint"] == markers.fingerprint(cfg, "data")

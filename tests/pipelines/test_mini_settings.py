@@ -7,7 +7,8 @@ import pytest
 
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
-from pspo_repro.pipelines import mini
+from pspo_repro.pipelines import cpu_pipeline, markers
+from pspo_repro.pipelines import settings as pipeline_settings
 
 
 def _compose(overrides: list[str]):
@@ -19,7 +20,7 @@ def _compose(overrides: list[str]):
     [
         ("aggregate.claims=nope.yaml", "aggregate.claims='nope.yaml': no such file"),
         ("aggregate.claims=/no/such/claims.yaml", "looked at /no/such/claims.yaml"),
-        ("aggregate.claims=3", "aggregate.claims must be a spec file (e.g. claims.yaml) or null, got 3"),
+        ("aggregate.claims=3", "aggregate.claims must be a spec file (e.g. claims/study.yaml) or null, got 3"),
         ("aggregate.leaderboard=main", "aggregate.leaderboard must be null or a mapping with keys tag, offpolicy_tag"),
         ("aggregate.leaderboard={tga: x}", "aggregate.leaderboard.tga: not a setting; settings: tag, offpolicy_tag"),
         ("aggregate.leaderboard={tag: ../x}", "aggregate.leaderboard.tag='../x' cannot name"),
@@ -29,8 +30,8 @@ def _compose(overrides: list[str]):
 def test_claims_and_leaderboard_settings_are_refused_before_anything_runs(tmp_path, override, message):
     """A bad claims path used to be found in the aggregate stage, after every run had trained."""
     cfg = _compose([f"root={tmp_path / 'r'}", override])
-    with pytest.raises(mini.SettingsError) as err:
-        mini.run_pipeline(cfg)
+    with pytest.raises(pipeline_settings.SettingsError) as err:
+        cpu_pipeline.run_pipeline(cfg)
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "r").exists()
 
@@ -38,9 +39,9 @@ def test_claims_and_leaderboard_settings_are_refused_before_anything_runs(tmp_pa
 def test_good_table_settings_pass():
     for overrides in (
         [],
-        ["aggregate.claims=claims.yaml", "aggregate.leaderboard={tag: '', offpolicy_tag: offpolicy}"],
+        ["aggregate.claims=claims/study.yaml", "aggregate.leaderboard={tag: '', offpolicy_tag: offpolicy}"],
     ):
-        mini.check_table_settings(_compose(overrides))
+        pipeline_settings.check_table_settings(_compose(overrides))
 
 
 @pytest.mark.parametrize("name", ["stages/rl.json", "stages/aggregate.json", "../timings.json"])
@@ -49,14 +50,16 @@ def test_a_stage_record_that_is_a_folder_is_refused_first(tmp_path, name):
     root = tmp_path / "r"
     (root / "work" / name).mkdir(parents=True)
     cfg = _compose([f"root={root}", "stages=[data]"])
-    with pytest.raises(mini.SettingsError, match=r"is a folder: the pipeline writes its record there"):
-        mini.run_pipeline(cfg)
+    with pytest.raises(
+        pipeline_settings.SettingsError, match=r"is a folder: the pipeline writes its record there"
+    ):
+        cpu_pipeline.run_pipeline(cfg)
     assert not (root / "work" / "data").exists()
 
 
 def test_a_stage_record_that_is_a_folder_reads_as_none(tmp_path, capsys):
     (tmp_path / "work" / "stages" / "rl.json").mkdir(parents=True)
-    assert mini.stage_done(tmp_path, "rl", "x") is None
+    assert markers.stage_done(tmp_path, "rl", "x") is None
     assert "rl.json is not a regular file; ignored" in capsys.readouterr().out
 
 
@@ -64,8 +67,8 @@ def test_a_stage_record_that_is_a_folder_reads_as_none(tmp_path, capsys):
 def test_a_log_or_results_folder_that_is_a_file_is_refused(tmp_path, monkeypatch, var):
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv(var, str(tmp_path / "file"))
-    with pytest.raises(mini.SettingsError, match=rf"{var}=.*file is a file, not a folder"):
-        mini.run_pipeline(
+    with pytest.raises(pipeline_settings.SettingsError, match=rf"{var}=.*file is a file, not a folder"):
+        cpu_pipeline.run_pipeline(
             _compose(["stages=[data]"] if var == "PSPO_RESULTS_DIR" else [f"root={tmp_path / 'r'}"])
         )
     assert not (tmp_path / "r").exists()
@@ -73,19 +76,21 @@ def test_a_log_or_results_folder_that_is_a_file_is_refused(tmp_path, monkeypatch
 
 def test_a_root_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "r").write_text("x")
-    with pytest.raises(mini.SettingsError, match=r"root=.*r is a file, not a folder"):
-        mini.run_pipeline(_compose([f"root={tmp_path / 'r'}"]))
+    with pytest.raises(pipeline_settings.SettingsError, match=r"root=.*r is a file, not a folder"):
+        cpu_pipeline.run_pipeline(_compose([f"root={tmp_path / 'r'}"]))
 
 
 def test_a_bad_claims_spec_is_refused_before_anything_runs(tmp_path):
     """The spec's contents are checked with the settings (file, line, claim, field), not in the aggregate
     stage after every run has trained."""
     spec = tmp_path / "claims.yaml"
-    text = (PROJECT_ROOT / "conf" / "claims.yaml").read_text()
+    text = (PROJECT_ROOT / "conf" / "claims" / "study.yaml").read_text()
     spec.write_text(text.replace("tolerance: 0.001", "tolerance: tiny", 1))
     cfg = _compose([f"root={tmp_path / 'r'}", f"aggregate.claims={spec}"])
-    with pytest.raises(mini.SettingsError) as err:
-        mini.check_settings(cfg)  # what run_pipeline does first (run_pipeline itself would train on main)
+    with pytest.raises(pipeline_settings.SettingsError) as err:
+        pipeline_settings.check_settings(
+            cfg
+        )  # what run_pipeline does first (run_pipeline itself would train on main)
     why = str(err.value)
     assert f"{spec}:" in why and "claim 'gradient_preservation': verdict.tolerance must be a number" in why
     assert "\n" not in str(err.value) and not (tmp_path / "r").exists()

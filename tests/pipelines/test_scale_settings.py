@@ -1,4 +1,4 @@
-"""The ladder's driver (pspo_repro.pipelines.scale): its config, the rungs it builds and the commands it runs,
+"""The ladder's driver (pspo_repro.pipelines.ladder): its config, the rungs it builds and the commands it runs,
 bad settings refused before anything runs, and a failed rung named with its logs."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from pspo_repro.analysis.scale import full_arch
 from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import PROJECT_ROOT
-from pspo_repro.pipelines import mini, scale
+from pspo_repro.pipelines import grid
+from pspo_repro.pipelines import ladder as ladder_pipeline
 from pspo_repro.training.sft import num_parameters
 
 
@@ -20,11 +20,11 @@ def _compose(overrides=()):
 
 
 def test_ladder_spans_ten_times_in_parameters():
-    ladder = scale.bases(_compose())
-    sizes = [num_parameters(full_arch(b.arch)) for b in ladder if not b.general_of]
+    ladder = ladder_pipeline.bases(_compose())
+    sizes = [num_parameters(ladder_pipeline.full_arch(b.arch)) for b in ladder if not b.general_of]
     assert len(sizes) >= 3 and sizes == sorted(sizes) and sizes[-1] / sizes[0] >= 10
     # the middle rung is the mini's own SFT model: the arch conf/sft.yaml gives it
-    assert num_parameters(full_arch({})) == sizes[1]
+    assert num_parameters(ladder_pipeline.full_arch({})) == sizes[1]
     general = [b for b in ladder if b.general_of]
     assert len(general) == 1 and general[0].general_of == "h128_l2"
     assert general[0].sft == {"data.n_train": 500, "data.heldout_n_train": 2000}
@@ -34,15 +34,16 @@ def test_parameter_count_on_a_fresh_cache_builds_the_tiny_model_first(tmp_path, 
     """On a fresh clone the tiny model (the config every rung starts from) is not built yet: counting a rung's
     parameters builds it, outside the meta device (under it, saving the weights failed: CI, session 14)."""
     monkeypatch.setenv("PSPO_CACHE_DIR", str(tmp_path / "cache"))
-    assert num_parameters(full_arch({})) == 446_464  # the mini's SFT model (results/scale/scale.md)
+    # the mini's SFT model (results/scale/scale.md)
+    assert num_parameters(ladder_pipeline.full_arch({})) == 446_464
     assert list((tmp_path / "cache").rglob("model.safetensors"))
 
 
 def test_rung_command(tmp_path):
     cfg = _compose(["rung_args=['parallel=1']"])
-    general = scale.bases(cfg)[-1]
-    cmd = scale.rung_cmd(cfg, tmp_path, general)
-    assert cmd[1:5] == ["-m", "pspo_repro.mini", "--config-name", "scale_rung"]
+    general = ladder_pipeline.bases(cfg)[-1]
+    cmd = ladder_pipeline.rung_cmd(cfg, tmp_path, general)
+    assert cmd[1:4] == ["-m", "pspo_repro.mini", "pipeline=scale_rung"]
     assert f"root={tmp_path / 'h128_l2_general'}" in cmd and "reuse_committed=false" in cmd
     sft = next(c for c in cmd if c.startswith("sft.overrides="))
     for part in ("'++model.arch.hidden_size=128'", "'data.n_train=500'", "'data.heldout_n_train=2000'"):
@@ -51,8 +52,8 @@ def test_rung_command(tmp_path):
 
 
 def test_rung_config_runs_the_headline_grid():
-    cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
-    runs = mini.rl_runs(cfg, unresolved=True)
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=scale_rung", "root=/tmp/x"])
+    runs = grid.rl_runs(cfg, unresolved=True)
     tune = [r for r in runs if r[1].startswith("tune-")]
     assert len(tune) == 12 and {s for *_, s in tune} == {100}  # 4 arms x 3 lrs x 1 selection seed
     assert sorted((m, s) for m, t, s in runs if t == "offpolicy") == [
@@ -60,13 +61,13 @@ def test_rung_config_runs_the_headline_grid():
     ]
     assert len(runs) == 12 + 6  # the tuned arms come once their sweep has chosen: 4 x seeds 0-2
     tuned = [g for g in cfg.rl.groups if g.get("select")]
-    assert sum(len(mini._points(g)) * len(mini.group_seeds(cfg, g)) for g in tuned) == 4 * 3
+    assert sum(len(grid.sweep_points(g)) * len(grid.group_seeds(cfg, g)) for g in tuned) == 4 * 3
 
 
 def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
     # The paper's numerics (fp32 master weights, bf16 matmuls) in every RL job, as the mini's own experiments since
     # issue 53 (with eager attention: the CPU's bf16 sdpa kernel is the slow one).
-    cfg = compose_config(PROJECT_ROOT / "conf", "scale_rung", ["root=/tmp/x"])
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=scale_rung", "root=/tmp/x"])
     experiments = {str(g.get("experiment") or cfg.rl.experiment) for g in cfg.rl.groups}
     assert experiments == {"scale", "scale_offpolicy"}
     for name, base in (("scale", "mini"), ("scale_offpolicy", "mini_offpolicy")):
@@ -91,8 +92,8 @@ def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
     ],
 )
 def test_bad_settings(override, message):
-    with pytest.raises(scale.ScaleError, match=message.replace("[", r"\[").replace("(", r"\(")):
-        scale.bases(_compose([override]))
+    with pytest.raises(ladder_pipeline.ScaleError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        ladder_pipeline.bases(_compose([override]))
 
 
 def test_specialisation_changes_the_mix_only():
@@ -101,8 +102,8 @@ def test_specialisation_changes_the_mix_only():
     cfg = _compose()
     with open_dict(cfg):
         cfg.specialisation.sft = {"model.arch.hidden_size": 8}
-    with pytest.raises(scale.ScaleError, match="give the SFT mix, keys among data.habit_frac"):
-        scale.bases(cfg)
+    with pytest.raises(ladder_pipeline.ScaleError, match="give the SFT mix, keys among data.habit_frac"):
+        ladder_pipeline.bases(cfg)
 
 
 def test_bad_setting_exits_2_and_writes_nothing(tmp_path):
@@ -119,9 +120,9 @@ def test_ladder_names_emulated_bf16_before_its_rungs(tmp_path, monkeypatch, caps
     monkeypatch.setattr(
         "pspo_repro.training.models.native_bf16_cpu", lambda: native
     )  # imported when the ladder runs
-    monkeypatch.setattr(scale.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
-    with pytest.raises(scale.ScaleError, match="rung h64_l2 failed"):
-        scale.run_ladder(_compose([f"root={tmp_path / 's'}"]))
+    monkeypatch.setattr(ladder_pipeline.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    with pytest.raises(ladder_pipeline.ScaleError, match="rung h64_l2 failed"):
+        ladder_pipeline.run_ladder(_compose([f"root={tmp_path / 's'}"]))
     err = capsys.readouterr().err
     assert err.count("without AVX512-BF16 or AMX") == (0 if native else 1), err
 
@@ -133,12 +134,12 @@ def test_agreement_of_a_rung_not_run_now_is_labelled_as_its_record(tmp_path):
     report = {"groups": 4, "alpha": 0.05, "disagree": [], "only_one_side": ["x"], "min_p_holm": 1.0}
     for name in ("a", "b"):
         write_json(tmp_path / name / "timings.json", {"vs_committed": {"agreement": report}})
-    ladder = [scale.Base(name=n, arch={}) for n in ("a", "b")]
-    lines = scale.agreement_lines(tmp_path, ladder, ran={"a"})
+    ladder = [ladder_pipeline.Base(name=n, arch={}) for n in ("a", "b")]
+    lines = ladder_pipeline.agreement_lines(tmp_path, ladder, ran={"a"})
     assert lines[0].startswith("  a: does NOT agree") and lines[1].startswith(
         "  b (not run now; the record of its last run): "
     )
-    assert all(": does NOT agree" in line for line in scale.agreement_lines(tmp_path, ladder))
+    assert all(": does NOT agree" in line for line in ladder_pipeline.agreement_lines(tmp_path, ladder))
 
 
 def test_failed_rung_is_named_with_its_logs(tmp_path, monkeypatch):
@@ -148,11 +149,11 @@ def test_failed_rung_is_named_with_its_logs(tmp_path, monkeypatch):
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr(scale.subprocess, "run", fake_run)
+    monkeypatch.setattr(ladder_pipeline.subprocess, "run", fake_run)
     with pytest.raises(
-        scale.ScaleError, match=r"rung h64_l2 failed \(exit 1\); its logs: .*h64_l2/work/logs"
+        ladder_pipeline.ScaleError, match=r"rung h64_l2 failed \(exit 1\); its logs: .*h64_l2/work/logs"
     ):
-        scale.run_ladder(_compose([f"root={tmp_path}"]))
+        ladder_pipeline.run_ladder(_compose([f"root={tmp_path}"]))
     assert len(calls) == 1  # the ladder stops at the first failed rung
 
 

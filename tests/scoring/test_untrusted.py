@@ -159,7 +159,7 @@ def test_default_model_configs_do_not_trust_remote_code(preset):
 def test_evaluator_refuses_pickled_or_truncated_weights(tmp_path, tiny_model_dir):
     import shutil
 
-    from pspo_repro.evaluation.evaluator import EvalError, _check_checkpoint
+    from pspo_repro.evaluation.targets import EvalError, _check_checkpoint
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(tiny_model_dir, ckpt)

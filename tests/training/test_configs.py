@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pspo_repro.common.cli import compose_config
+from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.methods import list_methods, method_aliases
-from pspo_repro.training.grpo import CONF_DIR, UsageError, apply_per_method, check_group_choices
+from pspo_repro.training.grpo import UsageError, apply_per_method, check_group_choices
 from pspo_repro.training.settings import group_options
 
 MODELS = group_options("model")

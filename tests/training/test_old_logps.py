@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.training import grpo as train
 from pspo_repro.training.settings import UsageError, check_old_logps
-from pspo_repro.training.trainer import MethodGRPOTrainer, first_pass_problem
+from pspo_repro.training.trainer import MethodGRPOTrainer
+from pspo_repro.training.trainer_checks import first_pass_problem
 
 RUN = [
     "model=tiny",

@@ -84,19 +84,19 @@ def test_a_finished_run_is_reported_before_the_tokenizer_loads(results_root, no_
     ~5 s of imports a job would spend); another configuration in the folder is refused there too; a run in
     any other state goes on to the tokenizer (here: no_model_load's AssertionError)."""
     from pspo_repro.common.redact import redact
-    from pspo_repro.common.run_dir import write_run_json
+    from pspo_repro.common.run_folder import RunFolder
 
     cfg = _compose(["model=tiny"])
     plan = train._plan_run(cfg, [])
     record = {"identity": redact(plan.identity), "run_dir": str(plan.folder), "final_step": 4}
     plan.folder.mkdir(parents=True)
-    write_run_json(plan.folder, {**record, "status": "finished"})
+    RunFolder(plan.folder).write({**record, "status": "finished"})
     assert train.run(_compose(["model=tiny"]), []) == plan.folder
     assert capsys.readouterr().out.startswith(f"finished already: {plan.folder} (step 4")
-    write_run_json(plan.folder, {**record, "status": "finished", "identity": {"other": 1}})
+    RunFolder(plan.folder).write({**record, "status": "finished", "identity": {"other": 1}})
     with pytest.raises(UsageError, match="holds a run with a different configuration"):
         train.run(_compose(["model=tiny"]), [])
-    write_run_json(plan.folder, {**record, "status": "running"})
+    RunFolder(plan.folder).write({**record, "status": "running"})
     with pytest.raises(AssertionError, match="a model was loaded"):
         train.run(_compose(["model=tiny"]), [])
 

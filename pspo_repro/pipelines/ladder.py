@@ -1,6 +1,6 @@
 """The model-size ladder end to end (``make scale``, conf/scale.yaml, docs/scale.md).
 
-One rung is the mini's pipeline (``pspo_repro.pipelines.mini``, conf/scale_rung.yaml) in its own folder with
+One rung is a CPU pipeline (``pspo_repro.pipelines.cpu_pipeline``, conf/pipeline/scale_rung.yaml) in its own folder with
 the SFT model's size set by the rung's ``arch``; the general/specialised pair adds a second base of one rung's
 size whose SFT mix differs. Each rung runs as a subprocess (``python -m pspo_repro.mini``), so it resumes and
 compares itself with its committed copy exactly as ``make mini`` does; then ``analysis.scale`` writes the
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
+from pspo_repro.common.cli import run_command
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
-from pspo_repro.pipelines.mini import _read_record
+from pspo_repro.pipelines.markers import read_record
 
 
 class ScaleError(RuntimeError):
@@ -104,10 +104,10 @@ def only_rungs(cfg: DictConfig) -> set[str] | None:
 
 
 def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
-    """``python -m pspo_repro.mini --config-name <rung_config>`` for one base, in ``<root>/<name>``."""
+    """``python -m pspo_repro.mini pipeline=<rung_pipeline>`` for one base, in ``<root>/<name>``."""
     quoted = ",".join(f"'{o}'" for o in sft_overrides(base))
     return [
-        sys.executable, "-m", "pspo_repro.mini", "--config-name", str(cfg.rung_config),
+        sys.executable, "-m", "pspo_repro.mini", f"pipeline={cfg.rung_pipeline}",
         f"root={root / base.name}", f"reuse_committed={str(bool(cfg.reuse_committed)).lower()}",
         f"sft.overrides=[{quoted}]", *map(str, cfg.get("rung_args") or []),
     ]  # fmt: skip
@@ -115,17 +115,17 @@ def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
 
 def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     """Every rung's pipeline in order (each resumes itself), then the ladder's table; returns the timings."""
-    # The table's and the precision check's imports (pandas, scipy, torch: ~2.5 CPU s) wait until the settings
-    # have been checked: a bad one is refused at once.
+    # The table's and the precision check's imports (pandas, scipy, torch) wait until the settings have been
+    # checked: a bad one is refused at once.
     if not isinstance(cfg.get("reuse_committed"), bool):
         raise ScaleError(f"reuse_committed must be true or false, got {cfg.get('reuse_committed')!r}")
-    if not (CONF_DIR / f"{cfg.rung_config}.yaml").is_file():
-        raise ScaleError(f"rung_config={cfg.rung_config!r}: no conf/{cfg.rung_config}.yaml")
+    if not (CONF_DIR / "pipeline" / f"{cfg.rung_pipeline}.yaml").is_file():
+        raise ScaleError(f"rung_pipeline={cfg.rung_pipeline!r}: no conf/pipeline/{cfg.rung_pipeline}.yaml")
     ladder = bases(cfg)
     root = scale_root(cfg)
     only = only_rungs(cfg)
     timings_path = root / "timings.json"
-    previous = (_read_record(timings_path) or {}).get("rungs", {})
+    previous = (read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
     t_all = time.time()
     from pspo_repro.training.models import EMULATED_BF16, native_bf16_cpu
@@ -164,7 +164,7 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
 
 def rung_time(folder: Path) -> dict[str, float | None]:
     """A rung's wall and CPU seconds summed over its stages (its timings.json; None where it has none)."""
-    stages = (_read_record(folder / "timings.json") or {}).get("stages")
+    stages = (read_record(folder / "timings.json") or {}).get("stages")
     try:
         return {"seconds": round(sum(float(v["seconds"]) for v in stages.values()), 1),
                 "cpu_seconds": round(sum(float(v.get("cpu_seconds") or 0.0) for v in stages.values()), 1)}  # fmt: skip
@@ -172,32 +172,38 @@ def rung_time(folder: Path) -> dict[str, float | None]:
         return {"seconds": None, "cpu_seconds": None}
 
 
+def full_arch(arch: dict[str, Any]) -> dict[str, Any]:
+    """``arch`` over conf/sft.yaml's model.arch (the keys a rung leaves out take the SFT stage's values)."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "sft.yaml").model.arch or {})
+    return {**defaults, **arch}
+
+
 def ladder_spec(ladder: list[Base]) -> list[dict[str, Any]]:
-    """The bases as ``analysis.scale`` reads them: name, arch, and the rung a general base belongs to."""
-    return [{"name": b.name, "arch": b.arch, "general_of": b.general_of, "sft": b.sft} for b in ladder]
+    """The bases as ``analysis.scale`` reads them: name, arch, its SFT model's parameter count (counted on the
+    meta device: no weights allocated), SFT mix, and the rung a general base belongs to."""
+    from pspo_repro.training.sft import num_parameters
+
+    return [{"name": b.name, "arch": b.arch, "params": num_parameters(full_arch(b.arch)), "general_of": b.general_of,
+             "sft": b.sft} for b in ladder]  # fmt: skip
 
 
 def agreement_lines(root: Path, ladder: list[Base], ran: set[str] | None = None) -> list[str]:
     """Each rung's comparison with its committed copy, as the mini printed it (its timings.json). A rung not in
     ``ran`` (None: every rung ran) did not run now: its line is the record of its last run, and says so (a
     committed rung's record compares that run with the copy before it)."""
-    from pspo_repro.pipelines import mini_committed
+    from pspo_repro.pipelines import committed_copy
 
     lines = []
     for b in ladder:
-        vs = (_read_record(root / b.name / "timings.json") or {}).get("vs_committed")
+        vs = (read_record(root / b.name / "timings.json") or {}).get("vs_committed")
         if isinstance(vs, dict):
             when = "" if ran is None or b.name in ran else " (not run now; the record of its last run)"
-            lines.append(f"  {b.name}{when}: {mini_committed.describe_agreement(vs['agreement'])}")
+            lines.append(f"  {b.name}{when}: {committed_copy.describe_agreement(vs['agreement'])}")
     return lines
 
 
-@hydra.main(config_path=str(CONF_DIR), config_name="scale", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: ``python -m pspo_repro.scale [key=value ...]``."""
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def _task(cfg: DictConfig) -> None:
+    """The Hydra task: every rung, the ladder's table, then the times and the table."""
     try:
         timings = run_ladder(cfg)
     except ScaleError as exc:
@@ -226,3 +232,9 @@ def main(cfg: DictConfig) -> None:
     table = root / "scale.md"
     if table.is_file():
         print("\n" + table.read_text(), flush=True)
+
+
+def main() -> int:
+    """Entry point of ``python -m pspo_repro.scale [key=value ...]``: ``cli.run_command`` (SIGTERM unwinds like
+    Ctrl-C), then Hydra."""
+    return run_command("scale", _task, stop_on_sigterm=True)

@@ -30,6 +30,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pspo_repro.evaluation.cells import cell_files, cell_name
+
 log = logging.getLogger("pspo_repro.mini")
 
 COMMITTED = "committed"  # under <root>/work/
@@ -85,10 +87,13 @@ def compare(old: Path, new: Path) -> dict[str, Any]:
     def on_either_side(pattern: str) -> list[Path]:
         return sorted({p.relative_to(tree) for tree in (old, new) for p in tree.glob(pattern)})
 
+    def cells_on_either_side() -> list[Path]:
+        return sorted({p.relative_to(tree) for tree in (old, new) for p in cell_files(tree / "eval")})
+
     groups = {
         "tables": [Path(t) for t in TABLES if (old / t).is_file() or (new / t).is_file()],
         "runs": on_either_side("runs/**/metrics.jsonl"),
-        "cells": on_either_side("eval/**/T*.json"),
+        "cells": cells_on_either_side(),
     }
     read = {"tables": lambda p: p.read_text(), "runs": _metrics_rows, "cells": _cell}
     report: dict[str, Any] = {"identical": {}, "different": [], "missing": []}
@@ -109,7 +114,7 @@ def compare(old: Path, new: Path) -> dict[str, Any]:
 def _cell_groups(tree: Path, metrics: tuple[str, ...]) -> dict[tuple, dict[int, tuple[float, float, float]]]:
     """``{(model, method, tag, dataset, T, metric): {seed: (value, correct, total)}}`` from ``tree/eval``."""
     out: dict[tuple, dict[int, tuple[float, float, float]]] = {}
-    for path in sorted(tree.glob("eval/**/T*.json")):
+    for path in cell_files(tree / "eval"):
         try:
             d = json.loads(path.read_text())
             key = (d["model"], d["method"], d.get("tag") or "", d["dataset"], float(d["temperature"]))
@@ -162,7 +167,7 @@ def agreement(
             model, method, tag, dataset, temp, metric = key
             mean = lambda g: sum(v[0] for v in g.values()) / len(g)  # noqa: E731
             disagree.append({
-                "cell": f"{model}/{method}{'-' + tag if tag else ''}/{dataset}/T{temp:.1f}/{metric}",
+                "cell": f"{model}/{method}{'-' + tag if tag else ''}/{dataset}/{cell_name(temp)}/{metric}",
                 "old": round(mean(ga[key]), 4), "new": round(mean(gb[key]), 4),
                 "p_holm": round(p_holm, 5), "test": test,
             })  # fmt: skip

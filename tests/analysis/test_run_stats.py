@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pspo_repro.analysis.step_norms import StepNorms, run_step_norms, step_norms
+from pspo_repro.analysis.run_stats import StepNorms, run_step_norms, step_norms
 
 
 def _steps(norms, updates=None):
