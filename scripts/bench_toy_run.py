@@ -271,11 +271,17 @@ def table(rung: str, got: dict[str, list[dict[str, float]]], variants: list[str]
 
 
 def cpu_model() -> str:
+    """The CPU's model name with its family and model numbers (VMs often report a bare "AMD EPYC", and two
+    generations of it run at different speeds)."""
+    fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", "unknown")
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    return name
 
 
 if __name__ == "__main__":
