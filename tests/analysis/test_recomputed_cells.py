@@ -167,7 +167,7 @@ def _edit_temperature_decimals(c):
 
 EDITS = [
     ("maj16-0.99", _edit_maj16, "metric maj@16=0.99 but its per-prompt records give"),
-    ("reward_top1-1.7", _edit_top1, "metric reward_top1=1.7 but its per-prompt records give 0.205"),
+    ("reward_top1-1.7", _edit_top1, "metric reward_top1=1.7 but its per-prompt records give 0.215"),
     ("mean_length-minus-3", _edit_mean_length_metric, "metric mean_length=-3 but its per-prompt records give"),
     ("flags-contradict-counts", _edit_flags_against_counts, "per_prompt[0] reward_correct="),
     ("flags-swapped-counts-kept", _edit_flags_keeping_counts, "but its per-"),
@@ -402,7 +402,7 @@ def test_every_metric_a_cell_holds_has_a_unit():
 
 @pytest.mark.parametrize(
     "metric, title, first",
-    [("mean_length", "(tokens)", "30.7"), ("unique_answers", "(distinct answers per prompt)", "6.19")],
+    [("mean_length", "(tokens)", "29.5"), ("unique_answers", "(distinct answers per prompt)", "5.66")],
 )
 def test_a_non_proportion_is_shown_in_its_own_unit(metric, title, first, tmp_path):
     """The issue's 2274.8 under "(%)": a length in tokens, answers as a count, never x100."""
