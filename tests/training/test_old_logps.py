@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from safetensors.torch import load_file
 
+from pspo_repro.common.cli import compose_config
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.training import grpo as train
 from pspo_repro.training.settings import UsageError, check_old_logps
@@ -42,9 +41,7 @@ RUN = [
 
 
 def _compose(overrides):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=list(overrides))
+    return compose_config(CONF_DIR, "train", list(overrides))
 
 
 def _rows(folder: Path) -> list[dict]:
