@@ -54,6 +54,9 @@ class KeyTest:
     test: str = ""
     extra: list[str] = field(default_factory=list)
     alternatives: dict[str, float] = field(default_factory=dict)  # label -> raw p (margin sensitivity)
+    # the per-seed values the test is over and its margin (TOST), for the power beside the verdict (``power_text``)
+    values: list[float] = field(default_factory=list)
+    margin: float | None = None
 
 
 def seed_tests(values: list[float], null: float = 0.0) -> dict[str, float]:
@@ -91,20 +94,9 @@ def one_sided_t(values: list[float], bound: float, greater: bool) -> float:
 
 
 def _margin(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[float, str]:
-    """An equivalence margin in accuracy units: ``margin`` fixed, or ``margin_from`` (accuracy measurements):
-    the mean half-width of their 95% t intervals over seeds, the resolution of one method's mean at this
-    many seeds (a difference inside it is what the study cannot tell from none)."""
-    if "margin_from" in rule:
-        src = [got[i] for i in rule["margin_from"]]
-        widths = [(m.high - m.low) / 2 for m in src if not math.isnan(m.high - m.low)]
-        if not widths:
-            raise ClaimsError(f"margin_from {rule['margin_from']}: no measurement with an interval")
-        factor = float(rule.get("margin_scale", 1.0))
-        m = factor * sum(widths) / len(widths)
-        return m, (f"{pp(m)[1:]} points: {'' if factor == 1 else f'{factor:g} x '}the mean 95% half-width of "
-                   f"{', '.join(x.label for x in src)} over their seeds")  # fmt: skip
+    """The rule's absolute margin in accuracy units, fixed in the spec before the runs (issue 55)."""
     m = float(rule["margin"])
-    return m, f"{pp(m)[1:]} points (fixed)"
+    return m, f"{pp(m)[1:]} points (pre-registered, absolute)"
 
 
 def _diff_seeds(d: Measured) -> list[float]:
@@ -136,6 +128,8 @@ def _greater(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
                 f"{d.label}: {pp(d.value)} points, "
                 + ("bootstrap over runs" if test == "bootstrap" else f"{test} test over {seeds_text(len(d.seeds))}"),
                 test)  # fmt: skip
+    if test != "bootstrap":
+        t.values = _diff_seeds(d)
     if test != "bootstrap" and len(d.seeds) > 1:
         other = seed_tests(_diff_seeds(d))
         t.extra.append("beside it: " + ", ".join(f"{k} p = {v:.3g}" for k, v in other.items() if k != test))
@@ -151,7 +145,7 @@ def _non_inferior(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     path_ni = d.value > -m
     t = KeyTest(ni if path_ni else inf, "supported" if path_ni else "contradicted", "not resolved",
                 f"{d.label}: {pp(d.value)} points; margin {why_m}; one-sided t test that the difference "
-                f"is {'above' if path_ni else 'below'} -margin", "non-inferiority t")  # fmt: skip
+                f"is {'above' if path_ni else 'below'} -margin", "non-inferiority t", values=x, margin=m)  # fmt: skip
     for f in (0.5, 2.0):
         pa = one_sided_t(x, -f * m, True) if d.value > -f * m else one_sided_t(x, -f * m, False)
         t.alternatives[f"margin x {f:g} ({pp(f * m)[1:]} points)"] = pa
@@ -170,7 +164,7 @@ def _equivalent(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     p, sig = (tost, "supported") if tost <= two else (two, "contradicted")
     t = KeyTest(min(1.0, 2 * p), sig, "not resolved",
                 f"{d.label}: {pp(d.value)} points; margin {why_m}; TOST p = {tost:.3g}, difference t "
-                f"p = {two:.3g} (the smaller decides, doubled)", "TOST / t")  # fmt: skip
+                f"p = {two:.3g} (the smaller decides, doubled)", "TOST / t", values=x, margin=m)  # fmt: skip
     for f in (0.5, 2.0):
         tf = max(one_sided_t(x, -f * m, True), one_sided_t(x, f * m, False))
         t.alternatives[f"margin x {f:g} ({pp(f * m)[1:]} points)"] = min(1.0, 2 * min(tf, two))
@@ -189,7 +183,7 @@ def _stable(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     return KeyTest(p, "supported" if gain.value > 0 and k == 0 else "contradicted" if gain.value < 0
                    else "not resolved", "not resolved",
                    f"{gain.label}: {pp(gain.value)} points (t test); {k} of {n} runs collapsed",
-                   "t")  # fmt: skip
+                   "t", values=_diff_seeds(gain))  # fmt: skip
 
 
 def _exceeds(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
@@ -308,7 +302,35 @@ def evaluate(rec: Records, claims: list[dict[str, Any]], tuning: dict | None = N
         for label, p_alt in t.alternatives.items():
             alt = holm([p_alt if j == i else p for j, p in enumerate(ps)])[i]
             r["sensitivity"][label] = (p_alt, alt, decide(t, alt))
+        r["power"] = power_text(t, family)
     return out
+
+
+def power_text(t: KeyTest, family: int) -> tuple[str, str] | None:
+    """(short, sentence): what the design as run can detect, at 80% power and the family's strictest level
+    (ALPHA / family, Holm's first step). For a seed-paired t test the minimum detectable effect from the per-seed
+    spread; for TOST its power at a true difference of 0 and the seeds that would give 80%. None where the key
+    test is no t test over seeds (a deterministic check, a bootstrap over runs, several statistics at once)."""
+    import statistics
+
+    from pspo_repro.analysis import power
+
+    if t.p is None or not t.values:
+        return None
+    n = len(t.values)
+    level = f"alpha {ALPHA:g} / {max(family, 1)}"
+    if n < 2:
+        return "-", f"minimum detectable effect: none with {seeds_text(n)} (a t test needs two)"
+    alpha = ALPHA / max(family, 1)
+    sd = statistics.stdev(t.values)
+    if t.test.startswith("TOST"):
+        got = power.tost_power(t.margin, sd, n, alpha=alpha)
+        need = power.tost_seeds(t.margin, sd, alpha=alpha)
+        return (f"TOST {got:.0%}", f"TOST power at a true difference of 0: {got:.0%} over {seeds_text(n)} at "
+                f"{level} (per-seed sd {100 * sd:.1f} points); 80% needs {need} seeds")  # fmt: skip
+    m = 100 * power.mde(sd, n, alpha=alpha)
+    return (f"{m:.1f}", f"minimum detectable effect (80% power, two-sided paired t at {level}, {seeds_text(n)}, "
+            f"per-seed sd {100 * sd:.1f} points): {m:.1f} points")  # fmt: skip
 
 
 def p_text(x: float | None) -> str:

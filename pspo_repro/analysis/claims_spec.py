@@ -49,8 +49,8 @@ KIND_KEYS = {
 RULE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "greater": (("diff",), (), ("test",)),
     "interaction": (("diff",), (), ("test",)),
-    "non_inferior": (("diff",), (), ("margin", "margin_from", "margin_scale")),
-    "equivalent": (("diff",), (), ("margin", "margin_from", "margin_scale")),
+    "non_inferior": (("diff",), (), ("margin",)),
+    "equivalent": (("diff",), (), ("margin",)),
     "stable": (("gain", "collapse"), (), ()),
     "exceeds": ((), ("stats",), ("threshold",)),
     "zero_vs_positive": (("zero", "positive"), (), ("tolerance",)),
@@ -323,6 +323,12 @@ class _Checker:
         if rule not in RULES:
             self.fail((*at, "rule"), f"rule {rule!r}; allowed: {', '.join(RULES)}")
         ids, lists, optional = RULE_KEYS[rule]
+        if (
+            "margin_from" in v
+        ):  # retired (issue 55): a margin from the study's own intervals never gains power
+            self.fail((*at, "margin_from"), "verdict.margin_from: margins are absolute and fixed before the runs "
+                                            "(verdict.margin, e.g. 0.03 for 3 points), not derived from the "
+                                            "study's own intervals")  # fmt: skip
         self.keys(v, ("rule", *ids, *lists, *optional), at, f"the {rule} rule")
 
         def known(key: str, mid: Any, where: tuple[Any, ...]) -> None:
@@ -334,7 +340,7 @@ class _Checker:
             if key not in v:
                 self.fail(at, f"verdict.{key} is missing (the {rule} rule reads a measurement id there)")
             known(key, v[key], (*at, key))
-        for key in (*lists, *(k for k in ("margin_from", "differ") if k in optional)):
+        for key in (*lists, *(k for k in ("differ",) if k in optional)):
             if key not in v and key not in lists:
                 continue
             if not isinstance(v.get(key), list) or (key in lists and not v[key]):
@@ -343,12 +349,12 @@ class _Checker:
                 known(key, mid, (*at, key, j))
         if rule == "peak" and v["best"] not in v["values"]:
             self.fail((*at, "best"), f"verdict.best {v['best']!r} is not one of verdict.values {v['values']}")
-        for key, low in (("margin", 0), ("margin_scale", 0), ("threshold", None), ("tolerance", 0)):
+        for key, low in (("margin", 0), ("threshold", None), ("tolerance", 0)):
             if key in v:
                 self.number(v, key, at, low=low)
-        if rule in ("non_inferior", "equivalent") and ("margin" in v) == ("margin_from" in v):
-            self.fail(at, f"the {rule} rule needs one of verdict.margin (a number) or verdict.margin_from "
-                          "(accuracy measurements)")  # fmt: skip
+        if rule in ("non_inferior", "equivalent") and "margin" not in v:
+            self.fail(at, f"the {rule} rule needs verdict.margin: an absolute margin fixed before the runs, in "
+                          "accuracy units (0.03 = 3 points), never derived from the study's own intervals")  # fmt: skip
         if "test" in v:
             if v["test"] not in TESTS:
                 self.fail((*at, "test"), f"verdict.test must be one of {', '.join(TESTS)}, got {v['test']!r}")

@@ -19,8 +19,8 @@ value ``analysis.tuning.select`` chooses on validation, recomputed here from the
   of A is compared with it). ``identical`` says whether both groups gave the same per-prompt values on
   every shared seed.
 - ``interaction``: (A - B at the higher temperature) - (A - B at the lower), per seed.
-- ``collapse``: per seed 1 if the run collapsed (greedy true accuracy not above the base's, or its training
-  reward fell below half its start), else 0.
+- ``collapse``: per seed 1 if the run collapsed (its validation reward below the base model's, its step-0
+  validation, at each of its last two validations: ``val_collapsed``), else 0.
 - ``frontier``: retention (held-out accuracy minus the base's) against gain (rewarded-task accuracy minus the
   base's) over a sweep's runs, A's least-squares line minus B's at their mean gain, bootstrap over runs.
 - ``run_stat``: a training statistic of ``metrics.jsonl`` (e.g. ``method/zero_grad_frac``; ``grad_clipped``:
@@ -44,7 +44,6 @@ import pandas as pd
 from pspo_repro.analysis.claims_spec import ClaimsError
 from pspo_repro.analysis.results_io import eval_long, load_eval_cells, prompt_values, runs_frames
 from pspo_repro.analysis.run_records import RunRecord, read_runs
-from pspo_repro.analysis.run_stats import rows_stats
 from pspo_repro.analysis.stats import CLIPPED, Interval, clip_interval, paired_comparison, t_interval
 from pspo_repro.analysis.tuning import Selection, TuningError, point_tag, select
 
@@ -365,28 +364,35 @@ def m_interaction(rec: Records, spec: dict[str, Any]) -> Measured:
                     f"{label}: {interval_text(iv, True)} ({seeds_text(len(seeds))})")  # fmt: skip
 
 
+def val_collapsed(rows: list[dict[str, Any]], where: str) -> bool:
+    """The claims' collapse rule (issue 55, stated in the spec's rules): a run collapsed when its validation reward
+    is below the base model's (its own step-0 validation, ``trainer.eval_on_start``) at each of its last two
+    validations, i.e. it fell below where it started and stayed there. Read on validation, never on the test
+    problems; a run without a step-0 validation and two later ones is a ClaimsError naming ``where``."""
+    vals = [(int(r["step"]), float(r["eval/reward"])) for r in rows if r.get("eval/reward") is not None]
+    if len(vals) < 3 or vals[0][0] != 0:
+        raise ClaimsError(f"{where}: the collapse rule needs a step-0 validation and two later ones "
+                          f"(trainer.eval_on_start), got steps {[s for s, _ in vals]}")  # fmt: skip
+    base = vals[0][1]
+    return all(v < base for _, v in vals[-2:])
+
+
 def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
-    """``collapse``: per seed 1 if the run collapsed, else 0. Collapsed: its greedy true accuracy is not
-    above the base model's, or its training reward over the last quarter of steps fell below half of the first
-    three steps' (``run_stats.rows_stats``' ``reward_fell``; the leaderboard's definition)."""
+    """``collapse``: per seed 1 if the run collapsed (``val_collapsed``), else 0, over the runs with test cells."""
     g = rec.resolve(spec["a"])
     acc = _seed_values(rec, g, "true_acc")
-    base = next(iter(_seed_values(rec, {"method": "baseline", "dataset": g.get("dataset", "synthetic")},
-                                  "true_acc").values()))  # fmt: skip
     runs = rec.runs[(rec.runs["method"] == g["method"]) & (rec.runs["tag"] == str(g.get("tag") or ""))]
     seeds: dict[int, float] = {}
     for r in runs.to_dict("records"):
         if int(r["seed"]) not in acc:
             continue
-        run = rec.run(r["run_dir"])
-        fell = bool(rows_stats(run.rows, run.max_grad_norm)["reward_fell"])
-        seeds[int(r["seed"])] = float(fell or acc[int(r["seed"])] <= base)
+        seeds[int(r["seed"])] = float(val_collapsed(rec.run(r["run_dir"]).rows, str(r["run_dir"])))
     if not seeds:
         raise ClaimsError(f"{spec['id']}: no run of {describe(spec['a'])}")
     k = int(sum(seeds.values()))
     label = spec.get("label", f"{describe(spec['a'])} collapses")
-    text = (f"{describe(spec['a'])}: {k} of {len(seeds)} runs collapsed (greedy true accuracy not above the "
-            f"base's {pct(base)}, or training reward fell below half its start)")  # fmt: skip
+    text = (f"{describe(spec['a'])}: {k} of {len(seeds)} runs collapsed (validation reward below the base "
+            "model's, the run's step-0 validation, at each of its last two validations)")  # fmt: skip
     return Measured(spec["id"], label, k / len(seeds), seeds=seeds, text=text,
                     short=f"{label}: {k} of {len(seeds)}")  # fmt: skip
 

@@ -91,19 +91,63 @@ def test_holm_turns_a_lone_significance_into_not_resolved():
     assert len(spec) == 4
 
 
-def test_non_inferior_margin_from_the_seeds_spread():
-    acc = {
-        f"a{i}": _d(f"a{i}", v) for i, v in enumerate([[0.30, 0.32, 0.28, 0.31], [0.29, 0.33, 0.30, 0.27]])
-    }
-    half = sum((m.high - m.low) / 2 for m in acc.values()) / 2
-    rule = {"rule": "non_inferior", "diff": "d", "margin_from": ["a0", "a1"]}
+def test_non_inferior_at_an_absolute_margin_with_its_sensitivity():
+    rule = {"rule": "non_inferior", "diff": "d", "margin": 0.03}
     close = _d("d", [0.001, -0.002, 0.003, 0.0, 0.001])
-    t = claims.key_test(rule, {**acc, "d": close})
+    t = claims.key_test(rule, {"d": close})
     assert t.if_significant == "supported" and claims.decide(t, t.p) == "supported"
-    assert f"{100 * half:.1f}" in t.why and len(t.alternatives) == 2
-    far = _d("d", [-3 * half - 0.01, -3 * half, -3 * half + 0.01])
-    t = claims.key_test(rule, {**acc, "d": far})
-    assert claims.decide(t, t.p) == "contradicted"
+    assert "3.0 points (pre-registered, absolute)" in t.why
+    assert list(t.alternatives) == ["margin x 0.5 (1.5 points)", "margin x 2 (6.0 points)"]
+    far = _d("d", [-0.10, -0.09, -0.11])
+    assert claims.decide(t := claims.key_test(rule, {"d": far}), t.p) == "contradicted"
+
+
+def test_a_margin_from_the_studys_own_intervals_is_refused(tmp_path):
+    """Margins are fixed before the runs (issue 55): ``margin_from`` is refused in one line, and so is a rule
+    without a margin."""
+    from pspo_repro.analysis.claims_spec import read_spec
+
+    text = (CONF_DIR / "claims" / "study.yaml").read_text()
+    assert "margin: 0.03" in text
+    bad = tmp_path / "spec.yaml"
+    bad.write_text(text.replace("margin: 0.03", "margin_from: [acc_pspo, acc_noclip]", 1))
+    with pytest.raises(ClaimsError, match="margin_from: margins are absolute and fixed before the runs"):
+        read_spec(bad)
+    bad.write_text(text.replace(", margin: 0.03", "", 1))
+    with pytest.raises(ClaimsError, match="needs verdict.margin: an absolute margin fixed before the runs"):
+        read_spec(bad)
+
+
+def test_power_beside_the_key_test_is_the_mde_of_its_design():
+    """The MDE printed beside a key test is statsmodels' (analysis.power.mde) for its per-seed values, at the
+    family's strictest level; TOST reports its power at a true difference of 0; a deterministic check none."""
+    import statistics
+
+    from pspo_repro.analysis import power
+
+    values = [0.06, 0.0, 0.03, 0.05, 0.02]
+    t = claims.key_test({"rule": "greater", "diff": "d"}, {"d": _d("d", values)})
+    short, text = claims.power_text(t, family=4)
+    want = 100 * power.mde(statistics.stdev(values), 5, alpha=0.05 / 4)
+    assert short == f"{want:.1f}" and "alpha 0.05 / 4" in text and "5 seeds" in text
+    assert claims.power_text(t, family=1)[0] == f"{100 * power.mde(statistics.stdev(values), 5):.1f}"
+    eq = claims.key_test({"rule": "equivalent", "diff": "d", "margin": 0.05}, {"d": _d("d", values)})
+    tost = power.tost_power(0.05, statistics.stdev(values), 5, alpha=0.05 / 4)
+    assert claims.power_text(eq, family=4)[0] == f"TOST {tost:.0%}"
+    z = Measured("z", "z", 0.0, seeds={0: 0.0})
+    det = claims.key_test({"rule": "zero_vs_positive", "zero": "z", "positive": "z"}, {"z": z})
+    assert claims.power_text(det, family=4) is None
+
+
+def test_collapse_reads_validation_reward_against_the_runs_start():
+    from pspo_repro.analysis.measures import val_collapsed
+
+    rows = lambda *v: [{"step": 4 * i, "eval/reward": x} for i, x in enumerate(v)]  # noqa: E731
+    assert not val_collapsed(rows(0.084, 0.19, 0.13, 0.146), "r")  # the study's false positive of issue 55
+    assert val_collapsed(rows(0.09, 0.12, 0.05, 0.04), "r")  # fell below its start and stayed there
+    assert not val_collapsed(rows(0.09, 0.05, 0.04, 0.10), "r")  # came back at the last validation
+    with pytest.raises(ClaimsError, match="needs a step-0 validation and two later ones"):
+        val_collapsed(rows(0.09, 0.05), "r")
 
 
 def test_equivalent_tost():

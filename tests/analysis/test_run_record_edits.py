@@ -192,19 +192,19 @@ def _info(root: Path, edit) -> Path:
     return path
 
 
-def _swap(rows):
-    rows[1], rows[2] = rows[2], rows[1]
+def _swap(rows):  # rows[0] is the step-0 validation
+    rows[2], rows[3] = rows[3], rows[2]
 
 
 def _tokens_fall(rows):
-    rows[2]["num_tokens"] = 50
+    rows[3]["num_tokens"] = 50
 
 
 @pytest.mark.parametrize(
     ("edit", "where", "message"),
     [
-        (lambda root: _lines(root, _swap), ":3: ", "step 2 after step 3 (training logs its steps in order)"),
-        (lambda root: _lines(root, _tokens_fall), ":3: ", "num_tokens 50 below an earlier line's 200"),
+        (lambda root: _lines(root, _swap), ":4: ", "step 2 after step 3 (training logs its steps in order)"),
+        (lambda root: _lines(root, _tokens_fall), ":4: ", "num_tokens 50 below an earlier line's 200"),
         (lambda root: _info(root, lambda i: i["config"]["trainer"].update(max_grad_norm=None)), ": ",
          "config.trainer.max_grad_norm=None is not what training takes"),
         (lambda root: _info(root, lambda i: i["config"]["trainer"].update(learning_rate="3e-4")), ": ",

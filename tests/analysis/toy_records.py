@@ -53,8 +53,9 @@ def cell(
 
 def metrics_lines(method: str, seed: int, steps: int = 4) -> list[dict]:
     """metrics.jsonl rows: optimizer steps with loss, reward, gradient norm and method statistics, and a
-    validation reward every other step."""
-    out, k = [], METHODS.index(method) if method in METHODS else 0
+    validation reward at the start (``trainer.eval_on_start``: the collapse rule reads it) and every other step."""
+    k = METHODS.index(method) if method in METHODS else 0
+    out = [{"step": 0, "num_tokens": 0, "eval/reward": 0.25 + 0.01 * seed}]
     for i in range(steps):
         row = {"step": i + 1, "num_tokens": 100 * (i + 1), "train/loss": 0.1, "train/reward": 0.4 + 0.05 * i,
                "train/grad_norm": 0.5 + 0.4 * ((i + seed + k) % 3), "method/zero_grad_frac": 0.1 * (i % 2) * k,
