@@ -23,10 +23,29 @@ def results_dir() -> Path:
     return Path(os.environ.get("PSPO_RESULTS_DIR", PROJECT_ROOT / "results"))
 
 
+# The offline data folder when ``PSPO_DATA_DIR`` is unset: ``../shared/data`` beside the project root (the
+# README's default, the one ``make`` sets), so ``python -m`` outside make finds the same folder.
+DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data"
+
+
 def data_dir() -> Path | None:
-    """The offline data folder from ``PSPO_DATA_DIR`` (layout of ``../shared/data/README.md``), or None."""
+    """The offline data folder (layout of ``../shared/data/README.md``): ``PSPO_DATA_DIR`` when set, else
+    ``DEFAULT_DATA_DIR`` when that folder exists; None (read the hub) when neither, or when
+    ``PSPO_DATA_DIR`` is set empty (``PSPO_DATA_DIR=``: the hub on purpose)."""
     value = os.environ.get("PSPO_DATA_DIR")
+    if value is None:
+        return DEFAULT_DATA_DIR.resolve() if DEFAULT_DATA_DIR.is_dir() else None
     return Path(value).expanduser().resolve() if value else None
+
+
+def data_dir_hint() -> str:
+    """How to point a command at the offline data, for the one-line errors of a hub that cannot be read."""
+    why = (
+        "it is set empty"
+        if os.environ.get("PSPO_DATA_DIR") == ""
+        else f"the default {DEFAULT_DATA_DIR} does not exist"
+    )
+    return f"set PSPO_DATA_DIR to the offline data folder (the layout of ../shared/data/README.md; {why})"
 
 
 # Folders users give as environment variables: made absolute once, in the process the user started.

@@ -10,6 +10,7 @@ Errors are ``DataError`` (a ``ValueError``) with a one-line message naming what 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -19,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from pspo_repro.common.paths import data_dir
+from pspo_repro.common.hub import offline_unless_reachable
+from pspo_repro.common.paths import data_dir, data_dir_hint
 from pspo_repro.data import synthetic
 from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, list_items, numeric_gold
 from pspo_repro.data.prompts import CHOICE_LETTERS, multiple_choice_question, yes_no_question
@@ -446,8 +448,23 @@ def read_source(spec: DatasetSpec, split: str, source: str) -> tuple[list[tuple[
     import datasets  # lazy: only the hub path needs it
 
     hub_id, _, config = source.partition(":")
-    rows = datasets.load_dataset(hub_id, config or None, split=spec.hub_splits.get(split, split))
-    return [(i + 1, dict(row)) for i, row in enumerate(rows)], source
+    with hub_errors(source):
+        rows = datasets.load_dataset(hub_id, config or None, split=spec.hub_splits.get(split, split))
+        return [(i + 1, dict(row)) for i, row in enumerate(rows)], source
+
+
+@contextlib.contextmanager
+def hub_errors(hub_id: str, hint: str = ""):
+    """A hub read that fails (offline, unreachable, no such dataset: ``datasets`` and ``huggingface_hub`` raise
+    many types) as one DataError line naming the hub id, the cause and ``hint``; a DataError passes through."""
+    offline_unless_reachable()  # no network: fail at once, not after 30 s of retries
+    try:
+        yield
+    except DataError:
+        raise
+    except Exception as exc:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"cannot read {hub_id} from the hub: {cause}{'; ' + hint if hint else ''}") from None
 
 
 def load_problems(name: str, split: str = "test", source: str | None = None) -> list[Problem]:
@@ -481,7 +498,8 @@ def load_problems(name: str, split: str = "test", source: str | None = None) -> 
         if split not in spec.hub:
             raise DataError(f"dataset {name!r} split {split!r} needs PSPO_DATA_DIR (no hub source)")
         source = spec.hub_names.get(split, name)
-        problems = [row_fn(dict(row), source, i + 1) for i, row in enumerate(spec.hub[split]())]
+        with hub_errors(source, data_dir_hint()):
+            problems = [row_fn(dict(row), source, i + 1) for i, row in enumerate(spec.hub[split]())]
         problems = [p for p in problems if p is not None]
     if not problems:
         raise DataError(f"dataset {name!r} split {split!r} is empty: {source}")

@@ -374,11 +374,18 @@ def _finish_cell(c: Cell, problems: list[Problem], cfg: Any, target: Target) -> 
 def _load_tokenizer(checkpoint: str) -> Any:
     from transformers import AutoTokenizer
 
+    from pspo_repro.common.hub import offline_unless_reachable
+    from pspo_repro.training.models import hub_model_hint
+
+    from_hub = not Path(checkpoint).expanduser().is_dir()
+    if from_hub:
+        offline_unless_reachable()  # no network: the local cache or a one-line error, not 50 s of retries
     try:
         return AutoTokenizer.from_pretrained(checkpoint)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EvalError(f"cannot load the tokenizer of {checkpoint}: {first}") from None
+        first = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+        hint = f"; {hub_model_hint(checkpoint)}" if from_hub else ""
+        raise EvalError(f"cannot load the tokenizer of {checkpoint}: {first}{hint}") from None
 
 
 def print_table(results: list[dict[str, Any]]) -> None:

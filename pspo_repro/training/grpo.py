@@ -165,14 +165,20 @@ def _prepare(cfg: DictConfig, folder: Path, method) -> tuple[Any, Any, bool]:
     """The tokenizer, TRL's GRPOConfig and whether CUDA is used; errors become one-line UsageErrors."""
     import torch
 
-    from pspo_repro.training.models import load_tokenizer, tokenizer_source
+    from pspo_repro.common.hub import offline_unless_reachable
+    from pspo_repro.training.models import hub_model_hint, hub_model_id, load_tokenizer, tokenizer_source
 
     use_cuda = torch.cuda.is_available()
+    hub_id = hub_model_id(cfg.model)
+    if hub_id:
+        offline_unless_reachable()  # no network: the local cache or a one-line error, not 50 s of retries
     try:
         tokenizer = load_tokenizer(cfg.model)
     except (OSError, ValueError) as exc:
+        hint = f"; {hub_model_hint(hub_id)}" if hub_id else ""
         raise UsageError(
-            f"cannot load the tokenizer of {tokenizer_source(cfg.model)}: {first_line(exc) or type(exc).__name__}"
+            f"cannot load the tokenizer of {tokenizer_source(cfg.model)}: "
+            f"{first_line(exc).rstrip('.') or type(exc).__name__}{hint}"
         ) from None
     try:
         args = _grpo_config(cfg, folder, method, use_cuda)

@@ -28,6 +28,24 @@ def model_source(model_cfg: Any) -> str:
     return str(tiny_model_path())
 
 
+def hub_model_id(model_cfg: Any) -> str | None:
+    """The hub id the weights or the tokenizer load from (None when both are local folders or the tiny model)."""
+    if not model_cfg.get("path") and model_cfg.get("hub_id") and not model_cfg.get("random_init"):
+        return str(model_cfg.hub_id)
+    tok = model_cfg.get("tokenizer")
+    if tok and not Path(str(tok)).expanduser().is_dir():
+        return str(tok)
+    return None
+
+
+def hub_model_hint(hub_id: str) -> str:
+    """What to do when a hub model cannot be loaded: a local copy, named with ``model.path``."""
+    return (
+        f"download {hub_id} where the hub is reachable (hf download {hub_id} --local-dir <folder>) and pass "
+        "model.path=<local folder>"
+    )
+
+
 def tokenizer_source(model_cfg: Any) -> str:
     """Where the tokenizer comes from: ``tokenizer``, else the weights' source (tiny for random init)."""
     if model_cfg.get("tokenizer"):

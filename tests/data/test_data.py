@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -117,3 +118,64 @@ def test_registry_accepts_new_dataset_and_rejects_duplicates(tmp_path, monkeypat
     assert load_benchmark("toy_test_only")[0].answer == "2"
     with pytest.raises(ValueError, match="already registered"):
         register_dataset("gsm8k", spec)
+
+
+# ---------------------------------------------------------------- the data folder's default, the hub offline
+
+
+def test_data_folder_defaults_to_shared_data_beside_the_project(monkeypatch, tmp_path):
+    """Unset, PSPO_DATA_DIR is ../shared/data beside the project root (the README's default, as make sets it)
+    when that folder exists, else the hub; set empty, it is the hub on purpose."""
+    from pspo_repro.common import paths
+
+    assert paths.DEFAULT_DATA_DIR == paths.PROJECT_ROOT.parent / "shared" / "data"
+    monkeypatch.delenv("PSPO_DATA_DIR", raising=False)
+    monkeypatch.setattr(paths, "DEFAULT_DATA_DIR", tmp_path)
+    assert paths.data_dir() == tmp_path.resolve()
+    monkeypatch.setattr(paths, "DEFAULT_DATA_DIR", tmp_path / "absent")
+    assert paths.data_dir() is None
+    assert f"the default {tmp_path / 'absent'} does not exist" in paths.data_dir_hint()
+    monkeypatch.setenv("PSPO_DATA_DIR", "")
+    assert paths.data_dir() is None and "it is set empty" in paths.data_dir_hint()
+
+
+def test_an_unreachable_hub_is_one_line_naming_the_data_folder(monkeypatch):
+    """No data folder and no hub: one line naming the hub id, the cause and PSPO_DATA_DIR, not a traceback."""
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)\nmore")
+
+    monkeypatch.setenv("PSPO_DATA_DIR", "")
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError) as err:
+        load_benchmark("gsm8k")
+    msg = str(err.value)
+    assert msg.startswith("cannot read openai/gsm8k from the hub: Couldn't reach") and "\n" not in msg
+    assert msg.endswith(
+        "set PSPO_DATA_DIR to the offline data folder (the layout of ../shared/data/README.md; it is set empty)"
+    )
+
+
+def test_an_unreachable_hub_switches_the_process_offline(monkeypatch):
+    """One TCP try instead of ~50 s of retries: the hub's host takes no connection, so this process (and the
+    libraries already imported) go offline; HF_HUB_OFFLINE already set needs no try at all."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    from pspo_repro.common import hub
+
+    tried = []
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "_reachable", lambda *a: tried.append(a) or False)
+    assert hub.offline_unless_reachable() is True and tried == [("huggingface.co", 443, 3.0)]
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["HF_DATASETS_OFFLINE"] == "1"
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True and datasets.config.HF_HUB_OFFLINE is True
+    assert hub.offline_unless_reachable() is True and len(tried) == 1  # asked for now: no second try
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hub, "_reachable", lambda *a: True)
+    assert hub.offline_unless_reachable() is False

@@ -73,6 +73,21 @@ def test_missing_data_names_path_and_env(results_root, no_model_load, tmp_path, 
     assert not results_root.exists()
 
 
+def test_a_hub_model_offline_names_model_path(results_root, monkeypatch):
+    """``model=qwen2_math_1p5b`` with no hub and no local copy: one line naming the hub id and
+    ``model.path=<local folder>``, before the run folder exists; no network try where HF_HUB_OFFLINE is set."""
+    from pspo_repro.common import hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "_reachable", lambda *a: pytest.fail("the hub was tried although offline"))
+    with pytest.raises(UsageError) as err:
+        train.run(_compose(["model=qwen2_math_1p5b"]), [])
+    msg = str(err.value)
+    assert msg.startswith("cannot load the tokenizer of Qwen/Qwen2-Math-1.5B: ") and "\n" not in msg
+    assert msg.endswith("and pass model.path=<local folder>") and "hf download Qwen/Qwen2-Math-1.5B" in msg
+    assert not results_root.exists()
+
+
 def test_dry_run_writes_nothing(results_root, no_model_load, capsys):
     assert train.run(_compose(["model=tiny", "dry_run=true"]), []) is None
     assert "run folder:" in capsys.readouterr().out
