@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from pspo_repro.common.redact import redact
 
 KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier")
-RULES = ("greater", "interaction", "non_inferior", "equivalent", "stable", "exceeds", "zero_vs_positive",
+RULES = ("greater", "interaction", "non_inferior", "equivalent", "greater_all", "equivalent_all", "stable", "exceeds", "zero_vs_positive",
          "identical_unless_clipped", "peak", "not_testable")  # fmt: skip
 TESTS = (
     "t",
@@ -34,7 +34,7 @@ TESTS = (
 CLAIM_TEXT = ("id", "claim", "quote", "section", "test", "test_short")  # required, each a non-empty text
 CLAIM_OPTIONAL = ("rule_text", "reading", "key", "measure")
 GROUP_KEYS = ("method", "tag", "dataset", "temperature", "model", "tuned", "point")
-TUNING_KEYS = ("from_tag", "to_tag", "key", "values", "seeds")
+TUNING_KEYS = ("from_tag", "to_tag", "key", "values", "seeds", "tolerance")
 # Each kind's keys besides id and kind (run groups a / b are checked as groups).
 KIND_KEYS = {
     "accuracy": ("a", "metric", "label"),
@@ -43,7 +43,7 @@ KIND_KEYS = {
     "collapse": ("a", "label"),
     "run_stat": ("a", "stat", "steps", "agg", "percent", "label"),
     "val_reward": ("a", "step", "label"),
-    "frontier": ("a", "b", "heldout", "label"),
+    "frontier": ("a", "b", "heldout", "fit", "resample", "label"),
 }
 # Each rule's keys: (required measurement ids, required lists of ids, optional keys).
 RULE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
@@ -51,6 +51,8 @@ RULE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] =
     "interaction": (("diff",), (), ("test",)),
     "non_inferior": (("diff",), (), ("margin",)),
     "equivalent": (("diff",), (), ("margin",)),
+    "greater_all": ((), ("diffs",), ()),  # every difference above 0: the largest p decides
+    "equivalent_all": ((), ("diffs",), ("margin",)),  # TOST on every difference: the largest p decides
     "stable": (("gain", "collapse"), (), ()),
     "exceeds": ((), ("stats",), ("threshold",)),
     "zero_vs_positive": (("zero", "positive"), (), ("tolerance",)),
@@ -209,6 +211,8 @@ class _Checker:
                     self.fail(
                         (*at, "seeds", j), f"{_dot(at, 'seeds')}[{j}] must be an integer >= 0, got {s!r}"
                     )
+            if t.get("tolerance") is not None:
+                self.number(t, "tolerance", at, low=0)
             self.tuning.add(str(tid))
 
     def claim(self, c: dict[str, Any]) -> None:
@@ -267,6 +271,10 @@ class _Checker:
                     self.fail((*at, key), f"{key} must be one of {', '.join(allowed)}, got {m[key]!r}")
             if "percent" in m and not isinstance(m["percent"], bool):
                 self.fail((*at, "percent"), f"percent must be true or false, got {m['percent']!r}")
+        if kind == "frontier":
+            for key, allowed in (("fit", ("linear", "isotonic")), ("resample", ("runs", "seeds"))):
+                if key in m and m[key] not in allowed:
+                    self.fail((*at, key), f"{key} must be one of {', '.join(allowed)}, got {m[key]!r}")
         if kind == "val_reward" and m.get("step") is not None:
             self.number(m, "step", at, low=1, integer=True)
         self.who = who

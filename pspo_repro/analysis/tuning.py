@@ -63,7 +63,23 @@ class Selection:
     tags: dict[str, str] = field(default_factory=dict)
     point: dict[str, Any] = field(default_factory=dict)  # the sweep point's other keys (e.g. num_iterations)
 
-    def text(self) -> str:
+    def near(self, tolerance: float) -> list[str]:
+        """The selection set (issue 55: the values within the selection's noise of the best), best first: the
+        chosen value, every value a leave-one-seed-out subset of the selection seeds would choose, and every
+        value whose mean score is within ``tolerance`` (validation reward) of the chosen one's. A comparison
+        reported at each of them shows whether a verdict hangs on the pick."""
+        keep = {self.chosen}
+        seeds = sorted({s for got in self.per_seed.values() for s in got})
+        if len(seeds) >= 3:
+            for left in seeds:
+                sub = {v: [x for s, x in got.items() if s != left] for v, got in self.per_seed.items()}
+                means = {v: sum(x) / len(x) for v, x in sub.items() if x}
+                keep.add(max(means, key=lambda v: (means[v], -list(self.scores).index(v))))
+        best = self.scores[self.chosen]
+        keep |= {v for v, sc in self.scores.items() if best - sc <= tolerance + 1e-12}
+        return sorted(keep, key=lambda v: (-self.scores[v], list(self.scores).index(v)))
+
+    def text(self, tolerance: float | None = None) -> str:
         """``noclip (num_iterations=2) learning_rate: 0.0001: 0.212, **0.0003: 0.241**, 0.001: 0.120``."""
         leaf = self.key.split(".", 1)[-1]
         where = ", ".join(f"{k.split('.', 1)[-1]}={fmt(v)}" for k, v in sorted(self.point.items()))
@@ -72,7 +88,10 @@ class Selection:
         ]
         n = {len(p) for p in self.per_seed.values()}
         seeds = f" ({n.pop()} selection seeds each)" if len(n) == 1 else ""
-        return f"{self.method}{f' ({where})' if where else ''} {leaf}: " + ", ".join(parts) + seeds
+        near = ""
+        if tolerance is not None and len(self.near(tolerance)) > 1:
+            near = f"; selection set (within the noise of the pick): {', '.join(self.near(tolerance))}"
+        return f"{self.method}{f' ({where})' if where else ''} {leaf}: " + ", ".join(parts) + seeds + near
 
 
 def best_validation(metrics_path: Path) -> float:

@@ -34,6 +34,7 @@ INFRA_TRAINER_KEYS = frozenset(
         "log_completions",
         "save_steps",
         "log_update_norm",  # a logged statistic, not what is learned
+        "log_param_sum",  # a logged checksum of the parameters, not what is learned
         "logprob_head",  # the same log-probs computed another way (to float rounding)
         "old_logps",  # the same old log-probs from another pass (bit for bit on CPU)
         "validation_loss",  # a logged statistic of validation, not what is learned

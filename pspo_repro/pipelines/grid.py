@@ -115,7 +115,23 @@ def group_points(cfg: DictConfig, group: DictConfig, root: Path | None) -> list[
     if root is None:
         raise TuningError(f"rl group {group.name}: its selection needs the results folder")
     key = str(group.select.key)
-    return [{**p, key: s.chosen} for p, s in zip(points, selections(cfg, root, group), strict=True)]
+    return [{**p, key: v} for p, s in zip(points, selections(cfg, root, group), strict=True)
+            for v in selected_values(group, s)]  # fmt: skip
+
+
+def selected_values(group: DictConfig, sel: Selection) -> list[str]:
+    """The values a ``select`` group runs for one sweep point: the chosen one, or with ``select.tolerance``
+    (issue 55) the whole selection set (``Selection.near``: every value within the selection's noise of the
+    best), so the report can show whether a verdict hangs on the pick."""
+    tol = group.select.get("tolerance")
+    if tol is None:
+        return [sel.chosen]
+    tol = float(tol)
+    if not (tol >= 0 and tol < 1):
+        raise StageError(
+            f"rl group {group.name}: select.tolerance must be in [0, 1) (validation reward), got {tol}"
+        )
+    return sel.near(tol)
 
 
 def rl_runs(
@@ -180,7 +196,8 @@ def _check_rl_overrides(cfg: DictConfig) -> None:
 def _select_job(cfg: DictConfig, root: Path, group: DictConfig, i: int, points: list[dict[str, str]]) -> Job:
     """The ``select`` group's job of sweep point ``i`` at the value its tuning runs chose (TuningError while
     they are missing or unfinished)."""
-    point = {**points[i], str(group.select.key): _selection(root, group, points[i]).chosen}
+    values = selected_values(group, _selection(root, group, points[i]))
+    point = {**points[i], str(group.select.key): ",".join(values)}  # a Hydra sweep over the selection set
     return _rl_job(cfg, root, group, _select_name(group, i, len(points)), {k: str(v) for k, v in point.items()},
                    float(group.get("cost", 1.0)) / len(points))  # fmt: skip
 

@@ -26,6 +26,7 @@ from pspo_repro.pipelines.grid import (
     rl_runs,
     run_dir_of,
     run_status,
+    selected_values,
     selections,
     sft_cmd,
     sweep_points,
@@ -155,7 +156,8 @@ def do_rl(cfg: DictConfig, root: Path) -> dict[str, Any]:
                  lambda: sum(run_status(run_dir_of(root, *r)) == "finished" for r in runs), ready)  # fmt: skip
         info["runs"] = len(rl_runs(cfg, root))
         chosen = {
-            f"{g.name}/{s.method}": {"key": s.key, "chosen": s.chosen, "scores": s.scores}
+            f"{g.name}/{s.method}": {"key": s.key, "chosen": s.chosen, "scores": s.scores,
+                                     "set": selected_values(g, s)}
             for g in cfg.rl.groups if g.get("select") for s in selections(cfg, root, g)
         }  # fmt: skip
         if chosen:

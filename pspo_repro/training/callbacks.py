@@ -174,11 +174,17 @@ class UpdateNormCallback(TrainerCallback):
     differ by a constant factor (GR-PSPO and GRPO-noclip) take the same steps; the logged update norm (beside
     TRL's pre-clip ``grad_norm``) shows where they do not. It costs one copy of the trainable parameters per
     step (``trainer.log_update_norm``; off in the paper-scale configs, where that copy is gigabytes).
+
+    Beside it ``param_sum``, a per-step checksum of the parameters (their float64 sum after the step): two runs
+    from one start log the same sum up to the step where their parameters part (issue 55: where GR-PSPO and
+    GRPO-noclip part under bf16 autocast).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, norm: bool = True, checksum: bool = False) -> None:
         self.before: list[Any] | None = None
         self.last: float | None = None
+        self.checksum: float | None = None
+        self.log_norm, self.log_checksum = norm, checksum
 
     def _params(self, model) -> list[Any]:
         return [p for p in model.parameters() if p.requires_grad]
@@ -199,12 +205,18 @@ class UpdateNormCallback(TrainerCallback):
             return control
         with torch.no_grad():
             total = torch.zeros((), dtype=torch.float32)
+            checksum = torch.zeros((), dtype=torch.float64)
             for p, b in zip(self._params(model), self.before, strict=True):
                 total += (p.detach().float() - b.float()).pow(2).sum().cpu()
-        self.last, self.before = float(total.sqrt()), None
+                checksum += p.detach().double().sum().cpu()
+        self.last, self.checksum, self.before = float(total.sqrt()), float(checksum), None
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        """Add the last step's ``update_norm`` to each training log (metrics.jsonl: ``train/update_norm``)."""
+        """Add the last step's ``update_norm`` (and ``param_sum``) to each training log (metrics.jsonl:
+        ``train/update_norm``, ``train/param_sum``)."""
         if logs is not None and "train_runtime" not in logs and self.last is not None and "loss" in logs:
-            logs["update_norm"] = self.last
+            if self.log_norm:
+                logs["update_norm"] = self.last
+            if self.log_checksum:
+                logs["param_sum"] = self.checksum

@@ -412,8 +412,8 @@ def _build_trainer(
     # NonFinite first (it adds its count to the logs Metrics writes); the marker last (after the flush).
     nonfinite = NonFiniteCallback(folder, skip=bool(t.get("skip_nonfinite", False)))
     callbacks: list[Any] = [nonfinite]
-    if t.get("log_update_norm"):  # before Metrics, which writes the logs this one adds to
-        callbacks.append(UpdateNormCallback())
+    if t.get("log_update_norm") or t.get("log_param_sum"):  # before Metrics, which writes the logs it adds to
+        callbacks.append(UpdateNormCallback(bool(t.get("log_update_norm")), bool(t.get("log_param_sum"))))
     callbacks.append(MetricsJsonlCallback(folder / "metrics.jsonl"))
     budget = TokenBudgetCallback(t.token_budget, evaluate=bool(t.eval_steps)) if t.token_budget else None
     stopper = StopAfterStepCallback(t.stop_after_step) if t.get("stop_after_step") else None

@@ -76,6 +76,7 @@ class TrainerNode:
     vllm_importance_sampling_correction: bool = _key(bool)
     skip_nonfinite: bool = _key(bool)
     log_update_norm: bool = _key(bool, checked=False)  # read as a switch (callbacks.UpdateNormCallback)
+    log_param_sum: bool = _key(bool, checked=False)  # the per-step parameter checksum (the same callback)
     logprob_head: str = _key(str, checked=False)  # auto | fused | plain (settings)
     old_logps: str = _key(str, checked=False)  # auto | recompute | first_pass (settings, the trainer)
     token_draw: str = _key(str, checked=False)  # multinomial | inverse_cdf (settings, training/sampling.py)

@@ -18,6 +18,7 @@ from pspo_repro.pipelines import grid, stages
 from pspo_repro.pipelines import jobs as pipeline_jobs
 
 VALUES = ["1e-4", "3e-4", "1e-3"]
+STUDY_VALUES = ("3e-5", "1e-4", "3e-4", "1e-3")  # conf/pipeline/study.yaml's sweep
 
 
 def _run(folder: Path, rewards: list[float | None], status: str = "finished") -> None:
@@ -110,8 +111,8 @@ def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
     runs = tmp_path / "runs" / "mini_sft"
     best = {"clip": "1e-3", "pspo": "3e-4", "noclip": "1e-4"}
     for method, pick in best.items():
-        _sweep(runs, method, {v: [[0.0, 0.5 if v == pick else 0.1]] * 3 for v in VALUES})
-    _sweep(runs, "noclip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in VALUES},
+        _sweep(runs, method, {v: [[0.0, 0.5 if v == pick else 0.1]] * 3 for v in STUDY_VALUES})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in STUDY_VALUES},
            point={"method.num_iterations": 2})  # fmt: skip
     jobs = {j.name: j.cmd for j in grid.rl_jobs(cfg, tmp_path, "select")}
     assert set(jobs) == {"rl-tuned-0", "rl-tuned-1", "rl-tuned-2", "rl-tuned_noclip2"}
@@ -119,13 +120,30 @@ def test_study_runs_the_tuned_groups_at_the_chosen_lr(tmp_path):
            for c in jobs.values() if "method.num_iterations=2" not in c}  # fmt: skip
     assert lrs == {"method=clip": "trainer.learning_rate=0.001", "method=pspo": "trainer.learning_rate=0.0003",
                    "method=noclip": "trainer.learning_rate=0.0001"}  # fmt: skip
-    assert all("run_tag=tuned" in c and "seed=0,1,2,3,4,5,6,7,8,9" in c for c in jobs.values())
+    report = ",".join(map(str, range(200, 220)))  # the fresh report seeds of issue 55's design
+    assert all("run_tag=tuned" in c and f"seed={report}" in c for c in jobs.values())
     assert "trainer.learning_rate=0.001" in jobs["rl-tuned_noclip2"]
     tagged = {(m, t) for m, t, s in grid.rl_runs(cfg, tmp_path) if t.startswith("tuned-")}
     assert tagged == {("clip", "tuned-learning_rate0.001"), ("pspo", "tuned-learning_rate0.0003"),
                       ("noclip", "tuned-learning_rate0.0001"),
                       ("noclip", "tuned-num_iterations2_learning_rate0.001")}  # fmt: skip
     assert not [j for j in grid.rl_jobs(cfg, tmp_path, "sweep") if "run_tag=tuned" in j.cmd]
+
+
+def test_a_near_tie_runs_the_whole_selection_set_on_the_report_seeds(tmp_path):
+    """select.tolerance (issue 55): clip's two near-tied lrs both run, as one Hydra sweep of the tuned job."""
+    cfg = compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study", f"root={tmp_path}"])
+    runs = tmp_path / "runs" / "mini_sft"
+    near = {"1e-4": [[0.0, 0.200]] * 3, "3e-4": [[0.0, 0.195]] * 3}
+    _sweep(runs, "clip", {v: near.get(v, [[0.0, 0.1]] * 3) for v in STUDY_VALUES})
+    (job,) = [j for j in grid.ready_select_jobs(cfg, tmp_path, set()) if "method=clip" in j.cmd]
+    assert "trainer.learning_rate=0.0001,0.0003" in job.cmd
+    _sweep(runs, "pspo", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in STUDY_VALUES})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in STUDY_VALUES})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in STUDY_VALUES},
+           point={"method.num_iterations": 2})  # fmt: skip
+    clip = {t for m, t, s in grid.rl_runs(cfg, tmp_path) if m == "clip" and t.startswith("tuned-")}
+    assert clip == {"tuned-learning_rate0.0001", "tuned-learning_rate0.0003"}
 
 
 def test_reuse_committed_checks_the_recomputed_base(tmp_path, capsys):
@@ -147,16 +165,16 @@ def test_each_tuned_point_is_ready_as_soon_as_its_own_sweep_is(tmp_path):
     runs = tmp_path / "runs" / "mini_sft"
     issued: set[str] = set()
     assert grid.ready_select_jobs(cfg, tmp_path, issued) == []
-    _sweep(runs, "clip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in VALUES})
+    _sweep(runs, "clip", {v: [[0.0, 0.5 if v == "1e-3" else 0.1]] * 3 for v in STUDY_VALUES})
     first = grid.ready_select_jobs(cfg, tmp_path, issued)
     assert [j.name for j in first] == ["rl-tuned-0"]
     assert "method=clip" in first[0].cmd and "trainer.learning_rate=0.001" in first[0].cmd
     assert grid.ready_select_jobs(cfg, tmp_path, issued) == []  # issued once only
-    _sweep(runs, "pspo", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in VALUES})
+    _sweep(runs, "pspo", {v: [[0.0, 0.5 if v == "3e-4" else 0.1]] * 3 for v in STUDY_VALUES})
     assert [j.name for j in grid.ready_select_jobs(cfg, tmp_path, issued)] == ["rl-tuned-1"]
     # the same jobs as the all-at-once path, and the sweeps the tuned groups read go first
-    _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES})
-    _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in VALUES}, point={"method.num_iterations": 2})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in STUDY_VALUES})
+    _sweep(runs, "noclip", {v: [[0.0, 0.5]] * 3 for v in STUDY_VALUES}, point={"method.num_iterations": 2})
     rest = {j.name: j.cmd for j in grid.ready_select_jobs(cfg, tmp_path, issued)}
     every = {j.name: j.cmd for j in grid.rl_jobs(cfg, tmp_path, "select")}
     assert set(rest) | {"rl-tuned-0", "rl-tuned-1"} == set(every) and all(
@@ -196,3 +214,21 @@ def test_run_jobs_starts_ready_jobs_beside_running_ones(tmp_path):
     assert handed == ["late"]
     done = {p.stem: p.stat().st_mtime for p in tmp_path.glob("*.done")}
     assert set(done) == {"first", "long", "late"} and done["late"] < done["long"]
+
+
+def test_the_selection_set_holds_every_pick_within_the_selections_noise():
+    """Selection.near (issue 55): the chosen value, each leave-one-seed-out subset's pick and every value within
+    the tolerance of the best's mean, best first; a clear winner stands alone."""
+    from pspo_repro.analysis.tuning import Selection
+
+    per_seed = {"0.0001": {100: 0.20, 101: 0.15, 102: 0.20}, "0.0003": {100: 0.12, 101: 0.25, 102: 0.16},
+                "0.001": {100: 0.05, 101: 0.06, 102: 0.04}}  # fmt: skip
+    scores = {v: sum(x.values()) / 3 for v, x in per_seed.items()}
+    sel = Selection("clip", "trainer.learning_rate", "0.0001", scores, per_seed)
+    # leaving seed 100 out picks 3e-4 (0.205 against 0.175); no subset picks 1e-3
+    assert sel.near(0.0) == ["0.0001", "0.0003"]
+    assert sel.near(1.0) == ["0.0001", "0.0003", "0.001"]
+    clear = Selection("clip", "trainer.learning_rate", "0.001", {"0.0001": 0.1, "0.001": 0.3},
+                      {"0.0001": {1: 0.1, 2: 0.1, 3: 0.1}, "0.001": {1: 0.3, 2: 0.3, 3: 0.3}})  # fmt: skip
+    assert clear.near(0.01) == ["0.001"]
+    assert "selection set" not in clear.text(0.01) and "selection set" in sel.text(0.0)

@@ -31,10 +31,34 @@ def test_update_norm_is_the_norm_of_the_parameter_change():
     summary = {"train_runtime": 3.0}
     cb.on_log(None, state, None, logs=summary)  # the end-of-training summary gets nothing
     assert "update_norm" not in summary
+    assert "param_sum" not in logs  # the checksum only when asked (trainer.log_param_sum)
+
+
+def test_param_sum_is_the_float64_sum_of_the_trainable_parameters_after_the_step():
+    """The per-step checksum (issue 55): equal for two models with equal parameters, parted by one changed
+    weight; logged alone when the norm is off."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    b.load_state_dict(a.state_dict())
+    sums = []
+    for model, bump in ((a, 0.0), (b, 0.0), (b, 1e-3)):
+        with torch.no_grad():
+            model.weight[0, 0] += bump
+        cb, state = UpdateNormCallback(norm=False, checksum=True), SimpleNamespace()
+        cb.on_pre_optimizer_step(None, state, None, model=model)
+        cb.on_optimizer_step(None, state, None, model=model)
+        logs = {"loss": 1.0}
+        cb.on_log(None, state, None, logs=logs)
+        assert "update_norm" not in logs
+        sums.append(logs["param_sum"])
+    want = sum(p.detach().double().sum() for p in a.parameters())
+    assert sums[0] == sums[1] == pytest.approx(float(want), rel=0, abs=0)
+    assert sums[2] != sums[1]
 
 
 def test_log_update_norm_is_not_part_of_a_runs_identity():
     assert "log_update_norm" in INFRA_TRAINER_KEYS
+    assert "log_param_sum" in INFRA_TRAINER_KEYS
 
 
 def test_portable_identity_compares_the_sft_base_relative_to_the_results_root(tmp_path):
