@@ -51,7 +51,7 @@ DEFAULT_METHOD_AXES = {
     "rollout_correction_threshold": None,
     "rollout_correction_batch_normalize": False,
 }
-_MAX_TAG = 48
+_MAX_TAG = 80  # the study's stale arms (61 characters) keep readable names; folder names stay far below 255
 log = logging.getLogger("pspo_repro.train")
 
 
@@ -103,11 +103,17 @@ def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
     key, sorted."""
     keys = {k for k in map(tagging_key, overrides) if k}
     parts = [f"{k.split('.', 1)[1]}{_fmt(OmegaConf.select(cfg, k))}" for k in sorted(keys)]
-    tag = "_".join(parts)
-    tag = re.sub(r"[^A-Za-z0-9_.+-]", "", tag)
-    if len(tag) > _MAX_TAG:  # long sweeps: a readable head and a hash of the whole
+    return "-".join(t for t in (cfg.get("run_tag") or "", reward_tag(cfg), swept_tag(parts)) if t)
+
+
+def swept_tag(parts: list[str]) -> str:
+    """The swept keys' part of a folder tag: ``{key}{value}`` parts joined by ``_``, cut to a readable head
+    and a hash of the whole when longer than 80 characters. The one rule for the trainer, which names the
+    folder, and the pipelines, which find it again."""
+    tag = re.sub(r"[^A-Za-z0-9_.+-]", "", "_".join(parts))
+    if len(tag) > _MAX_TAG:
         tag = f"{tag[:32]}-h{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
-    return "-".join(t for t in (cfg.get("run_tag") or "", reward_tag(cfg), tag) if t)
+    return tag
 
 
 def run_folder(cfg: DictConfig, tag: str) -> Path:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.analysis.tuning import Selection, TuningError, select
 from pspo_repro.common.paths import CONF_DIR
-from pspo_repro.common.run_dir import tagging_key
+from pspo_repro.common.run_dir import swept_tag, tagging_key
 from pspo_repro.common.run_folder import RunFolder
 from pspo_repro.evaluation.cells import cell_files, cell_paths
 from pspo_repro.pipelines.jobs import Job, StageError
@@ -76,7 +76,7 @@ def _point_tag(group: DictConfig, point: dict[str, str]) -> str:
     ``run_tag``), ``as_run`` for ``variant=as_run``, then ``{key}{value}`` of its method/trainer keys other
     than the infrastructure ones, which name no folder."""
     tag_keys = sorted(k for k in point if tagging_key(k))
-    swept = "_".join(f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys)
+    swept = swept_tag([f"{k.split('.', 1)[1]}{float(point[k]):g}" for k in tag_keys])
     # variant=as_run appends ``as_run`` to run_tag before the swept keys (training.grpo.apply_per_method)
     as_run = "as_run" if point.get("variant") == "as_run" else ""
     return "-".join(t for t in (str(group.get("tag") or ""), as_run, swept) if t)

@@ -409,6 +409,40 @@ def test_rl_runs_tag_matches_training(tmp_path):
     assert tag == "as_run" and float(train.trainer.learning_rate) == 1.5e-4 and train.method.eps_low == 0.0
 
 
+def test_every_study_point_names_the_folder_training_writes():
+    """For each sweep point of the study (the tuned groups aside), the folder the pipeline waits for is the
+    one the trainer names, long sweeps' hashed tags included (the stale arms once waited on folders that
+    training had shortened)."""
+    from pspo_repro.common.run_dir import tag_from_overrides
+    from pspo_repro.training.grpo import apply_per_method
+
+    cfg = _compose(["pipeline=study"])
+    checked = 0
+    for group in cfg.rl.groups:
+        if group.get("select"):
+            continue
+        for point in grid.sweep_points(group):
+            overrides = [f"{k}={v}" for k, v in point.items()]
+            run_tag = [f"run_tag={group.tag}"] if group.get("tag") else []
+            experiment = group.get("experiment") or cfg.rl.experiment
+            train = compose_config(PROJECT_ROOT / "conf", "train", [f"experiment={experiment}", *run_tag, *overrides])
+            apply_per_method(train, overrides)
+            assert grid._point_tag(group, point) == tag_from_overrides(train, overrides), (group.name, point)
+            checked += 1
+    assert checked > 20
+
+
+def test_long_swept_tags_keep_a_head_and_a_hash_of_the_whole():
+    from pspo_repro.common.run_dir import swept_tag
+
+    parts = [f"key{i}_{'x' * 10}{i}" for i in range(8)]
+    tag = swept_tag(parts)
+    assert tag.startswith("key0_xxxxxxxxxx0_") and len(tag) == 32 + 10 and tag != swept_tag(parts[::-1])
+    assert swept_tag(["eps_high0.2", "eps_low0.2", "num_iterations1", "steps_per_generation4"]) == (
+        "eps_high0.2_eps_low0.2_num_iterations1_steps_per_generation4"
+    )
+
+
 def test_tagged_runs_get_their_own_eval_settings(tmp_path):
     cfg = _compose(["+eval.tagged_overrides=['temperatures=[0.0]']"])
     for m, t, s in grid.rl_runs(cfg):
