@@ -425,7 +425,9 @@ def test_every_study_point_names_the_folder_training_writes():
             overrides = [f"{k}={v}" for k, v in point.items()]
             run_tag = [f"run_tag={group.tag}"] if group.get("tag") else []
             experiment = group.get("experiment") or cfg.rl.experiment
-            train = compose_config(PROJECT_ROOT / "conf", "train", [f"experiment={experiment}", *run_tag, *overrides])
+            train = compose_config(
+                PROJECT_ROOT / "conf", "train", [f"experiment={experiment}", *run_tag, *overrides]
+            )
             apply_per_method(train, overrides)
             assert grid._point_tag(group, point) == tag_from_overrides(train, overrides), (group.name, point)
             checked += 1
