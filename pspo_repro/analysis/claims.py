@@ -7,8 +7,12 @@ adjusted p below ``ALPHA`` in the direction the rule names ("not resolved" other
 - ``greater`` / ``interaction``: a two-sided test over seeds of a seed-paired difference (``test``: t,
   wilcoxon, sign, or bootstrap for a frontier); supported if positive, contradicted if negative.
 - ``non_inferior``: one-sided t test that the difference is above -margin (supported), or below it
-  (contradicted); ``margin_from``: the mean 95% half-width of the named accuracy measurements.
+  (contradicted); the margin is absolute, fixed in the spec.
 - ``equivalent``: TOST within +-margin (supported) or a significant difference (contradicted).
+- ``greater_all``: ahead of every listed arm (two-sided t per difference, the largest p decides:
+  intersection-union); behind every one contradicts; signs that differ are not resolved.
+- ``equivalent_all``: TOST on every listed comparison (the largest p), or a significant difference on any
+  (two-sided t, Bonferroni over the list).
 - ``stable``: a majority of collapsed runs contradicts (no test); otherwise the gain over the base (t test)
   with no collapse supports.
 - ``exceeds``: every listed per-seed statistic above ``threshold`` (one-sided t, the largest p).
@@ -23,16 +27,19 @@ The measurements themselves are ``analysis.measures``'; the claims table that sh
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pspo_repro.analysis.claims_spec import RULES, ClaimsError
-from pspo_repro.analysis.measures import MEASURES, Measured, Records, pp, seeds_text
+from pspo_repro.analysis.measures import MEASURES, Measured, Records, pp, seeds_text, tuned_ref
 from pspo_repro.analysis.stats import holm
 
-VERDICTS = ("supported", "contradicted", "not resolved", "not testable")
+SELECTION_SENSITIVE = "not resolved (selection-sensitive)"
+VERDICTS = ("supported", "contradicted", "not resolved", "not testable", SELECTION_SENSITIVE)
 
 ALPHA = 0.05  # the family-wise level of the claims' key tests (Holm)
 
@@ -157,7 +164,7 @@ def _equivalent(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     d = _need(rule, got, "diff")
     m, why_m = _margin(rule, got)
     x = _diff_seeds(d)
-    tost = max(one_sided_t(x, -m, True), one_sided_t(x, m, False))
+    tost = _tost(x, m)
     two = seed_tests(x)["t"]
     # equivalence shown -> supported; otherwise a significant difference -> contradicted (Bonferroni x 2
     # inside the claim, since either path may decide)
@@ -166,8 +173,54 @@ def _equivalent(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
                 f"{d.label}: {pp(d.value)} points; margin {why_m}; TOST p = {tost:.3g}, difference t "
                 f"p = {two:.3g} (the smaller decides, doubled)", "TOST / t", values=x, margin=m)  # fmt: skip
     for f in (0.5, 2.0):
-        tf = max(one_sided_t(x, -f * m, True), one_sided_t(x, f * m, False))
+        tf = _tost(x, f * m)
         t.alternatives[f"margin x {f:g} ({pp(f * m)[1:]} points)"] = min(1.0, 2 * min(tf, two))
+    return t
+
+
+def _greater_all(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
+    """Ahead of every arm (intersection-union): supported if every difference is above 0 and the largest of
+    their two-sided t p is below the level after Holm; contradicted if every one is below 0 by the same test;
+    not resolved when the signs differ (no single direction to test)."""
+    ds = [got[i] for i in rule["diffs"]]
+    ps = {d.label: seed_tests(_diff_seeds(d))["t"] for d in ds}
+    worst = max(ds, key=lambda d: ps[d.label])
+    signs = {d.value > 0 for d in ds} | ({False} if any(d.value == 0 for d in ds) else set())
+    listed = "; ".join(f"{d.label} {pp(d.value)} (t p = {ps[d.label]:.2g})" for d in ds)
+    if len(signs) > 1:
+        return KeyTest(max(ps.values()), "not resolved", "not resolved",
+                       f"the differences disagree in sign: {listed}", "t, every arm",
+                       values=_diff_seeds(worst))  # fmt: skip
+    up = signs == {True}
+    return KeyTest(max(ps.values()), "supported" if up else "contradicted", "not resolved",
+                   f"{'ahead of' if up else 'behind'} every arm, the largest p decides: {listed}",
+                   "t, every arm (the largest p)", values=_diff_seeds(worst))  # fmt: skip
+
+
+def _tost(x: list[float], m: float) -> float:
+    """The TOST p that the per-seed mean lies within (-m, m): the larger of the two one-sided p."""
+    return max(one_sided_t(x, -m, True), one_sided_t(x, m, False))
+
+
+def _equivalent_all(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
+    """ "the same" on every listed comparison: TOST within +-margin on each, the largest p decides
+    (intersection-union); otherwise a significant difference on any (two-sided t, Bonferroni over the list)
+    contradicts. Either path may decide, so the deciding p is doubled (as ``equivalent``)."""
+    ds = [got[i] for i in rule["diffs"]]
+    m, why_m = _margin(rule, got)
+    tost = {d.label: _tost(_diff_seeds(d), m) for d in ds}
+    two = {d.label: min(1.0, len(ds) * seed_tests(_diff_seeds(d))["t"]) for d in ds}
+    worst = max(ds, key=lambda d: tost[d.label])
+    p_eq, p_diff = max(tost.values()), min(two.values())
+    p, sig = (p_eq, "supported") if p_eq <= p_diff else (p_diff, "contradicted")
+    listed = "; ".join(f"{d.label} {pp(d.value)} (TOST p = {tost[d.label]:.2g})" for d in ds)
+    t = KeyTest(min(1.0, 2 * p), sig, "not resolved",
+                f"margin {why_m}; largest TOST p = {p_eq:.3g}, smallest Bonferroni t p = {p_diff:.3g} (the "
+                f"smaller decides, doubled): {listed}", "TOST, every comparison (the largest p)",
+                values=_diff_seeds(worst), margin=m)  # fmt: skip
+    for f in (0.5, 2.0):
+        tf = max(_tost(_diff_seeds(d), f * m) for d in ds)
+        t.alternatives[f"margin x {f:g} ({pp(f * m)[1:]} points)"] = min(1.0, 2 * min(tf, p_diff))
     return t
 
 
@@ -253,7 +306,7 @@ def _peak(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
 # Each verdict rule's key test (docs/statistics.md "Claims and verdicts"); claims_spec.RULES names the same.
 KEY_TESTS: dict[str, Callable[[dict[str, Any], dict[str, Measured]], KeyTest]] = {
     "not_testable": _not_testable, "greater": _greater, "interaction": _greater, "non_inferior": _non_inferior,
-    "equivalent": _equivalent, "stable": _stable, "exceeds": _exceeds, "zero_vs_positive": _zero_vs_positive,
+    "equivalent": _equivalent, "greater_all": _greater_all, "equivalent_all": _equivalent_all, "stable": _stable, "exceeds": _exceeds, "zero_vs_positive": _zero_vs_positive,
     "identical_unless_clipped": _identical_unless_clipped, "peak": _peak,
 }  # fmt: skip
 
@@ -285,11 +338,13 @@ def evaluate(rec: Records, claims: list[dict[str, Any]], tuning: dict | None = N
     """Each claim with its measurements, key test, raw and Holm-adjusted p and verdict.
 
     The Holm family is every claim's key test that is a sampling test (deterministic checks are outside it);
-    a claim's margin sensitivity reruns the correction with the alternative p in its place."""
+    a claim's margin sensitivity reruns the correction with the alternative p in its place, and so does its
+    selection sensitivity (``selection_sensitivity``): a verdict that differs at another member of a tuned
+    arm's selection set is ``SELECTION_SENSITIVE``."""
     rec.tuning = dict(tuning or {})
     out = []
     for c in claims:
-        got = {m["id"]: MEASURES[m["kind"]](rec, m) for m in c.get("measure") or []}
+        got = _measure(rec, c)
         out.append({**c, "measured": got, "key_test": key_test(c["verdict"], got)})
     ps = [r["key_test"].p for r in out]
     adj = holm(ps)
@@ -303,7 +358,81 @@ def evaluate(rec: Records, claims: list[dict[str, Any]], tuning: dict | None = N
             alt = holm([p_alt if j == i else p for j, p in enumerate(ps)])[i]
             r["sensitivity"][label] = (p_alt, alt, decide(t, alt))
         r["power"] = power_text(t, family)
+        r["selection"] = selection_sensitivity(rec, r, [p for j, p in enumerate(ps) if j != i])
+        if any(v != r["verdict_text"] for *_, v in r["selection"]):
+            r["verdict_text"] = SELECTION_SENSITIVE
+            r["verdict_why"] += "; the verdict differs at another member of a selection set"
     return out
+
+
+def _measure(rec: Records, claim: dict[str, Any]) -> dict[str, Measured]:
+    return {m["id"]: MEASURES[m["kind"]](rec, m) for m in claim.get("measure") or []}
+
+
+def _rule_ids(rule: dict[str, Any]) -> set[str]:
+    """The measurement ids a verdict rule reads (its ``diff``, ``diffs``, ``gain``, ... values)."""
+    ids: set[str] = set()
+    for k, v in rule.items():
+        if k == "rule":
+            continue
+        if isinstance(v, str):
+            ids.add(v)
+        elif isinstance(v, list):
+            ids |= {x for x in v if isinstance(x, str)}
+    return ids
+
+
+def selection_sensitivity(
+    rec: Records, result: dict[str, Any], other_ps: list[float | None]
+) -> list[tuple[str, str, float | None, float | None, str]]:
+    """The claim's key test at every other combination of its tuned arms' selection sets (issue 55).
+
+    For each tuned run group that the verdict rule reads (``tuned: <id>`` whose tuning section sets a
+    ``tolerance``), the set is ``Selection.near(tolerance)``: the pick, each leave-one-seed-out pick and every
+    value within the tolerance of the best. Every combination other than the picks is read as if chosen
+    (``Records.forced``); its p is Holm-adjusted with the other claims' p as they are. Returns (where,
+    key number, raw p, Holm-adjusted p, verdict) per combination; empty when nothing is tuned."""
+    ids = _rule_ids(result["verdict"])
+    refs: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for m in result.get("measure") or []:
+        if m["id"] not in ids:
+            continue
+        for side in ("a", "b"):
+            g = m.get(side)
+            if (
+                isinstance(g, dict)
+                and g.get("tuned")
+                and rec.tuning.get(g["tuned"], {}).get("tolerance") is not None
+            ):
+                refs.setdefault(tuned_ref(g), g)
+    if not refs:
+        return []
+    sets = {}
+    for ref, g in refs.items():
+        sel = rec.selection(g["method"], g["tuned"], dict(g.get("point") or {}))
+        sets[ref] = (sel, sel.near(float(rec.tuning[g["tuned"]]["tolerance"])))
+    out = []
+    keys = list(sets)
+    for combo in itertools.product(*(sets[k][1] for k in keys)):
+        if all(v == sets[k][0].chosen for k, v in zip(keys, combo, strict=True)):
+            continue
+        rec.forced = dict(zip(keys, combo, strict=True))
+        try:
+            got = _measure(rec, result)
+            t = key_test(result["verdict"], got)
+        finally:
+            rec.forced = {}
+        p_adj = None if t.p is None else holm([t.p, *other_ps])[0]
+        where = ", ".join(f"{k[0]}{_point_words(k[2])} {sets[k][0].key.split('.', 1)[-1]} {v}"
+                          for k, v in zip(keys, combo, strict=True))  # fmt: skip
+        key = got.get(result.get("key") or "")
+        out.append((where, key.short if key else "-", t.p, p_adj, decide(t, p_adj)))
+    return out
+
+
+def _point_words(point_json: str) -> str:
+    point = json.loads(point_json)
+    return "".join(f" ({k.split('.', 1)[-1]}={v})" for k, v in sorted(point.items()))
 
 
 def power_text(t: KeyTest, family: int) -> tuple[str, str] | None:

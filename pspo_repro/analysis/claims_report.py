@@ -21,9 +21,9 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from pspo_repro.analysis.claims import ALPHA, evaluate, p_text
+from pspo_repro.analysis.claims import ALPHA, SELECTION_SENSITIVE, evaluate, p_text
 from pspo_repro.analysis.claims_spec import ClaimsError, read_spec
-from pspo_repro.analysis.measures import Records
+from pspo_repro.analysis.measures import Records, frontier_fit
 from pspo_repro.analysis.tuning import Selection
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.cli import required_error, run_command, run_writer
@@ -35,7 +35,7 @@ DEFAULT_MODEL = "One tiny model (0.45M parameters)"  # the study's; a spec's ``m
 
 
 def markdown(
-    results: list[dict[str, Any]], root_name: str, selections: list[Selection] | None = None,
+    results: list[dict[str, Any]], root_name: str, selections: list[tuple[Selection, float | None]] | None = None,
     spec_name: str = "conf/claims/study.yaml", model: str = DEFAULT_MODEL, spec_sha256: str = "",
 ) -> str:  # fmt: skip
     """claims.md: the tuning, the summary table, then one section per claim (quote, test, rule, numbers,
@@ -70,9 +70,13 @@ def markdown(
             "",
             "**Tuning-matched comparisons.** The head-to-head claims compare each method at its own learning "
             "rate, chosen from the same sweep by its mean best validation reward (validation split, never the "
-            "test problems) on selection seeds that the reported numbers do not use; bold: the value kept.",
+            "test problems) on selection seeds that the reported numbers do not use; bold: the value kept. "
+            "Where the spec sets a tolerance, the selection set (the pick, each leave-one-seed-out pick and every "
+            "value within the tolerance of the best) is run on the report seeds too, and a claim's key test is "
+            "repeated at each combination of its arms' set members: a verdict that differs at any of them is "
+            f'"{SELECTION_SENSITIVE}".',
             "",
-        ] + [f"- {s.text()}" for s in selections]
+        ] + [f"- {s.text(tol)}" for s, tol in selections]
     lines += [
         "",
         "| # | Claim (paper section) | Toy experiment | Key number | MDE (points) | p (raw) | p (Holm) | Verdict |",
@@ -103,7 +107,11 @@ def markdown(
             lines += [f"- {e}"]
         for label, (p_alt, p_adj, v) in r["sensitivity"].items():
             lines += [f"- sensitivity, {label}: p = {p_text(p_alt)}, Holm-adjusted {p_text(p_adj)}: {v}"]
-        if t.extra or r["sensitivity"]:
+        for where, key, p_alt, p_adj, v in r.get("selection") or []:
+            lines += [
+                f"- selection set, at {where}: {key}; p = {p_text(p_alt)}, Holm-adjusted {p_text(p_adj)}: {v}"
+            ]
+        if t.extra or r["sensitivity"] or r.get("selection"):
             lines += [""]
         lines += [f"**Verdict: {r['verdict_text']}** ({r['verdict']['rule']}: {r['verdict_why']}).", ""]
         if r.get("reading"):
@@ -128,7 +136,7 @@ def rows_csv(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def frontier_figure(results: list[dict[str, Any]]) -> bytes | None:
     """claims_frontier.png as bytes (written with the other outputs as one set): each frontier measurement's
-    runs (gain, retention) and fitted lines; None when no claim reads a frontier."""
+    runs (gain, retention) and fitted frontiers; None when no claim reads a frontier."""
     fronts = [m for r in results for m in r["measured"].values() if "points" in m.extra]
     if not fronts:
         return None
@@ -146,10 +154,10 @@ def frontier_figure(results: list[dict[str, Any]]) -> bytes | None:
             pts = m.extra["points"][side]
             x, y = np.array([p[0] for p in pts]) * 100, np.array([p[1] for p in pts]) * 100
             ax.scatter(x, y, s=14, color=colour, alpha=0.7, label=f"{method}: {len(pts)} runs")
-            if np.ptp(x) > 0:
-                k, c = np.polyfit(x, y, 1)
-                xs = np.linspace(x.min(), x.max(), 10)
-                ax.plot(xs, k * xs + c, color=colour)
+            if np.ptp(x) > 0:  # the fit the measurement reads (measures.frontier_fit), in points
+                line = frontier_fit(x, y, m.extra.get("fit", "linear"))
+                xs = np.linspace(x.min(), x.max(), 50)
+                ax.plot(xs, [line(v) for v in xs], color=colour)
         ax.axvline(100 * m.extra["gain"], color="grey", ls=":", lw=1)
         ax.set_xlabel("gain on the rewarded task over the base (points)")
         ax.set_ylabel("held-out skill minus the base (points)")
@@ -180,7 +188,7 @@ def write(results_dir: Path, out_dir: Path, spec: Path) -> list[Path]:
     rows = rows_csv(results)
     cols = list(dict.fromkeys(k for row in rows for k in row))
     md, table = out_dir / "claims.md", out_dir / "claims.csv"
-    selections = [rec.selected[k] for k in sorted(rec.selected)]
+    selections = [(rec.selected[k], (tuning.get(k[1]) or {}).get("tolerance")) for k in sorted(rec.selected)]
     text = io.StringIO(newline="")
     w = csv.DictWriter(text, fieldnames=cols)
     w.writeheader()

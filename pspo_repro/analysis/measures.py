@@ -22,7 +22,8 @@ value ``analysis.tuning.select`` chooses on validation, recomputed here from the
 - ``collapse``: per seed 1 if the run collapsed (its validation reward below the base model's, its step-0
   validation, at each of its last two validations: ``val_collapsed``), else 0.
 - ``frontier``: retention (held-out accuracy minus the base's) against gain (rewarded-task accuracy minus the
-  base's) over a sweep's runs, A's least-squares line minus B's at their mean gain, bootstrap over runs.
+  base's) over a sweep's runs, A's fitted frontier (least-squares line or non-increasing isotonic fit) minus
+  B's at their mean gain, bootstrap over runs or over seeds.
 - ``run_stat``: a training statistic of ``metrics.jsonl`` (e.g. ``method/zero_grad_frac``; ``grad_clipped``:
   the share of steps whose gradient norm exceeded ``max_grad_norm``), each run's mean over its optimizer
   steps (``steps: reuse``: only the steps that reuse a rollout; ``agg: min``: the run's minimum), then the
@@ -78,6 +79,9 @@ class Records:
     metrics: pd.DataFrame
     tuning: dict[str, dict[str, Any]] = field(default_factory=dict)  # the spec's ``tuning`` section
     selected: dict[tuple[str, str, str], Selection] = field(default_factory=dict)
+    # (method, tuned, point) -> the value a tuned group is read at instead of its selected one: the selection
+    # set's other members (claims.evaluate's selection sensitivity)
+    forced: dict[tuple[str, str, str], str] = field(default_factory=dict)
     records: dict[str, RunRecord] = field(default_factory=dict)  # run_dir -> the run as the reader read it
     # (method, tag, dataset, metric) -> its rows of ``evals``, in their order: built on the first ``cells``
     # call. A claims table or leaderboard asks about a thousand times, and a mask over the whole long table
@@ -122,7 +126,7 @@ class Records:
                 f"tuned: {tuned!r} is not in the spec's tuning section ({', '.join(self.tuning)})"
             )
         t = self.tuning[tuned]
-        key = (method, tuned, json.dumps(point, sort_keys=True))
+        key = tuned_ref({"method": method, "tuned": tuned, "point": point})
         if key not in self.selected:
             try:
                 self.selected[key] = select(self.root / "runs" / str(t.get("model", "mini_sft")), method,
@@ -140,7 +144,8 @@ class Records:
         point = dict(g.get("point") or {})
         t = self.tuning.get(g["tuned"], {})
         sel = self.selection(g["method"], g["tuned"], point)
-        tag = point_tag(str(t["to_tag"]), {**point, str(t["key"]): sel.chosen})
+        value = self.forced.get(tuned_ref(g), sel.chosen)
+        tag = point_tag(str(t["to_tag"]), {**point, str(t["key"]): value})
         return {**{k: v for k, v in g.items() if k not in ("tuned", "point")}, "tag": tag}
 
     def cells(self, g: dict[str, Any], metric: str) -> pd.DataFrame:
@@ -161,6 +166,11 @@ class Records:
         if sel.empty:
             raise ClaimsError(f"no {metric} cells for {describe(g)} under {self.root / 'eval'}")
         return sel.sort_values("seed")
+
+
+def tuned_ref(g: dict[str, Any]) -> tuple[str, str, str]:
+    """A tuned run group's key in ``Records.selected`` / ``Records.forced``: (method, tuned id, point)."""
+    return (g["method"], g["tuned"], json.dumps(dict(g.get("point") or {}), sort_keys=True))
 
 
 def describe(g: dict[str, Any]) -> str:
@@ -397,20 +407,47 @@ def m_collapse(rec: Records, spec: dict[str, Any]) -> Measured:
                     short=f"{label}: {k} of {len(seeds)}")  # fmt: skip
 
 
+def frontier_fit(x: Any, y: Any, fit: str) -> Any:
+    """A frontier's fitted retention as a function of gain: ``linear`` (least squares) or ``isotonic`` (the
+    non-increasing least-squares fit, scipy's pool-adjacent-violators: retention can only fall as the gain
+    rises; linear interpolation between the fitted points, constant beyond them). Returns a callable of gain."""
+    import numpy as np
+    import scipy.optimize
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if fit == "linear":
+        if np.ptp(x) == 0:
+            return lambda g: float(y.mean())
+        slope, icpt = np.polyfit(x, y, 1)
+        return lambda g: float(icpt + slope * g)
+    order = np.argsort(x, kind="stable")
+    xs, ys = x[order], y[order]
+    ux, inv = np.unique(xs, return_inverse=True)  # ties in gain: one point at their mean retention
+    uy = np.bincount(inv, weights=ys) / np.bincount(inv)
+    fitted = scipy.optimize.isotonic_regression(
+        uy, weights=np.bincount(inv).astype(float), increasing=False
+    ).x
+    return lambda g: float(np.interp(g, ux, fitted))
+
+
 def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
     """``frontier``: preservation against gain across a sweep, A against B at matched gain.
 
-    Every run of each method's ``groups`` (e.g. the lr sweep's and the tuned runs) is a point (gain = greedy
-    true accuracy on the rewarded task minus the base's; retention = held-out accuracy minus the base's).
-    A least-squares line per method gives its retention at the gain both methods' runs average; the value is
-    A's minus B's there, with a percentile bootstrap over runs (resampled within method, 2000 draws, seed 0)
-    and its two-sided bootstrap p. Returns the points in ``extra`` for the figure."""
+    Every run of each method's ``groups`` (e.g. the lr sweep's runs) is a point (gain = greedy true accuracy on
+    the rewarded task minus the base's; retention = held-out accuracy minus the base's). Each method's frontier
+    (``fit``: ``linear`` least squares, or ``isotonic``, non-increasing: ``frontier_fit``) gives its retention at
+    the gain both methods' runs average; the value is A's minus B's there, with a percentile bootstrap (2000
+    draws, seed 0) and its two-sided bootstrap p. ``resample: runs`` draws runs within each method;
+    ``resample: seeds`` draws seeds, each with all its runs of both methods (the seed is what was randomised:
+    a seed's runs at different lrs share its data order and its base's initial rollouts). Returns the points
+    in ``extra`` for the figure."""
     import numpy as np
 
     held = spec.get("heldout", "synthetic_heldout")
+    fit, resample = str(spec.get("fit", "linear")), str(spec.get("resample", "runs"))
     base_g = next(iter(_seed_values(rec, {"method": "baseline"}, "true_acc").values()))
     base_h = next(iter(_seed_values(rec, {"method": "baseline", "dataset": held}, "true_acc").values()))
-    pts: dict[str, list[tuple[float, float, str]]] = {}
+    pts: dict[str, list[tuple[float, float, str, int]]] = {}
     for side in ("a", "b"):
         rows = []
         for g in spec[side]["groups"]:
@@ -418,34 +455,45 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
             gain = _seed_values(rec, g, "true_acc")
             ret = _seed_values(rec, {**g, "dataset": held}, "true_acc")
             tag = rec.resolve(g).get("tag", "")
-            rows += [(gain[s] - base_g, ret[s] - base_h, tag) for s in sorted(set(gain) & set(ret))]
+            rows += [(gain[s] - base_g, ret[s] - base_h, tag, s) for s in sorted(set(gain) & set(ret))]
         if len(rows) < 3:
-            raise ClaimsError(f"{spec['id']}: {spec[side]['method']} has {len(rows)} runs; a line needs >= 3")
+            raise ClaimsError(
+                f"{spec['id']}: {spec[side]['method']} has {len(rows)} runs; a frontier needs >= 3"
+            )
         pts[side] = rows
-    xa, ya = (np.array([r[i] for r in pts["a"]]) for i in (0, 1))
-    xb, yb = (np.array([r[i] for r in pts["b"]]) for i in (0, 1))
-    g_star = float(np.concatenate([xa, xb]).mean())
+    arr = {k: np.array([(r[0], r[1], r[3]) for r in v]) for k, v in pts.items()}  # gain, retention, seed
 
-    def at(x: np.ndarray, y: np.ndarray) -> float:
-        if np.ptp(x) == 0:
-            return float(y.mean())
-        slope, icpt = np.polyfit(x, y, 1)
-        return float(icpt + slope * g_star)
+    def diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
+        g_star = float(np.concatenate([a[:, 0], b[:, 0]]).mean())
+        ra, rb = frontier_fit(a[:, 0], a[:, 1], fit)(g_star), frontier_fit(b[:, 0], b[:, 1], fit)(g_star)
+        return ra - rb, g_star, ra, rb
 
-    value = at(xa, ya) - at(xb, yb)
+    value, g_star, ret_a, ret_b = diff(arr["a"], arr["b"])
     rng = np.random.default_rng(0)
+    seeds = np.array(sorted(set(arr["a"][:, 2]) | set(arr["b"][:, 2])))
+    if resample == "seeds" and seeds.size < 3:
+        raise ClaimsError(f"{spec['id']}: a bootstrap over seeds needs >= 3 seeds, got {seeds.size}")
     draws = []
     for _ in range(2000):
-        ia, ib = rng.integers(0, xa.size, xa.size), rng.integers(0, xb.size, xb.size)
-        draws.append(at(xa[ia], ya[ia]) - at(xb[ib], yb[ib]))
+        if resample == "seeds":
+            pick = rng.choice(seeds, seeds.size)
+            a = np.concatenate([arr["a"][arr["a"][:, 2] == s] for s in pick])
+            b = np.concatenate([arr["b"][arr["b"][:, 2] == s] for s in pick])
+        else:
+            a = arr["a"][rng.integers(0, len(arr["a"]), len(arr["a"]))]
+            b = arr["b"][rng.integers(0, len(arr["b"]), len(arr["b"]))]
+        draws.append(diff(a, b)[0])
     d = np.array(draws)
     low, high = (float(q) for q in np.quantile(d, [0.025, 0.975]))
     p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
+    over = f"bootstrap over {seeds.size} seeds" if resample == "seeds" else "bootstrap over runs"
     label = spec.get("label", "retention at matched gain")
     text = (f"{label}: at the mean gain {pp(g_star)} points over the base, {spec['a']['method']} retains "
-            f"{pp(at(xa, ya))} and {spec['b']['method']} {pp(at(xb, yb))} points of held-out accuracy: difference "
-            f"{pp(value)} [{pp(low)}, {pp(high)}] (bootstrap over runs, p = {p:.3g}; {xa.size} and {xb.size} runs)")  # fmt: skip
-    extra = {"p": p, "gain": g_star, "points": pts, "methods": (spec["a"]["method"], spec["b"]["method"])}
+            f"{pp(ret_a)} and {spec['b']['method']} {pp(ret_b)} points of held-out accuracy ({fit} frontiers): "
+            f"difference {pp(value)} [{pp(low)}, {pp(high)}] ({over}, p = {p:.3g}; {len(arr['a'])} and "
+            f"{len(arr['b'])} runs)")  # fmt: skip
+    extra = {"p": p, "gain": g_star, "points": pts, "methods": (spec["a"]["method"], spec["b"]["method"]),
+             "fit": fit, "resample": resample}  # fmt: skip
     return Measured(spec["id"], label, value, low, high, {}, extra, text,
                     f"{label}: {pp(value)} [{pp(low)}, {pp(high)}] at gain {pp(g_star)}")  # fmt: skip
 

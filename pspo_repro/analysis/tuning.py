@@ -26,6 +26,7 @@ from typing import Any
 
 from pspo_repro.analysis.result_files import ResultsError
 from pspo_repro.analysis.run_records import read_info, read_metrics, read_run
+from pspo_repro.common.run_dir import swept_tag
 from pspo_repro.common.run_folder import run_json
 
 VALIDATION_METRIC = "eval/reward"
@@ -47,7 +48,7 @@ def point_tag(tag: str, point: dict[str, Any]) -> str:
     """The folder tag of a sweep point: ``tag`` then ``{leaf}{value}`` of its method./trainer. keys, sorted
     by key (as ``run_dir.tag_from_overrides``)."""
     keys = sorted(k for k in point if k.startswith(("method.", "trainer.")))
-    swept = "_".join(f"{k.split('.', 1)[1]}{fmt(point[k])}" for k in keys)
+    swept = swept_tag([f"{k.split('.', 1)[1]}{fmt(point[k])}" for k in keys])
     return "-".join(t for t in (tag, swept) if t)
 
 

@@ -368,3 +368,115 @@ def test_committed_claims_table_is_what_the_records_give(tmp_path):
     assert_csv_matches(
         (tmp_path / "claims.csv").read_text(), (STUDY / "claims.csv").read_text(), "claims.csv"
     )
+
+
+@pytest.mark.parametrize(
+    ("diffs", "expected"),
+    [([[0.05, 0.06, 0.07, 0.05], [0.02, 0.03, 0.025, 0.03]], "supported"),
+     ([[-0.05, -0.06, -0.07, -0.05], [-0.02, -0.03, -0.025, -0.03]], "contradicted"),
+     ([[0.05, 0.06, 0.07, 0.05], [-0.02, -0.03, -0.025, -0.03]], "not resolved")],
+)  # fmt: skip
+def test_greater_all_is_decided_by_its_largest_p(diffs, expected):
+    got = {f"d{i}": _d(f"d{i}", v) for i, v in enumerate(diffs)}
+    rule = {"rule": "greater_all", "diffs": list(got)}
+    t = claims.key_test(rule, got)
+    assert t.p == pytest.approx(max(claims.seed_tests(v)["t"] for v in diffs))
+    assert verdict(rule, got)[0] == expected
+
+
+def test_equivalent_all_is_tost_on_every_comparison():
+    import scipy.stats
+
+    near = [[0.001, -0.001, 0.002, 0.0, -0.002, 0.001], [0.004, -0.003, 0.0, 0.002, -0.001, 0.001]]
+    got = {f"e{i}": _d(f"e{i}", v) for i, v in enumerate(near)}
+    rule = {"rule": "equivalent_all", "diffs": list(got), "margin": 0.02}
+    by_hand = max(
+        max(scipy.stats.ttest_1samp(v, -0.02, alternative="greater").pvalue,
+            scipy.stats.ttest_1samp(v, 0.02, alternative="less").pvalue)
+        for v in near
+    )  # fmt: skip
+    t = claims.key_test(rule, got)
+    assert t.p == pytest.approx(min(1.0, 2 * by_hand)) and verdict(rule, got)[0] == "supported"
+    got["e2"] = _d("e2", [0.10, 0.11, 0.09, 0.10, 0.12, 0.1])  # one comparison that parts: not "the same"
+    rule["diffs"] = list(got)
+    assert verdict(rule, got)[0] == "contradicted"
+    assert set(claims.key_test(rule, got).alternatives) == {
+        "margin x 0.5 (1.0 points)",
+        "margin x 2 (4.0 points)",
+    }
+
+
+def test_isotonic_frontier_is_the_non_increasing_least_squares_fit():
+    f = measures.frontier_fit([0.0, 1.0, 2.0, 3.0], [0.1, 0.3, 0.2, -0.1], "isotonic")
+    # pool-adjacent-violators by hand: 0.1 < 0.3 pools to 0.2, 0.2 holds, -0.1 holds
+    assert [f(x) for x in (0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 9.0)] == pytest.approx(
+        [0.2, 0.2, 0.2, 0.2, 0.05, -0.1, -0.1]
+    )
+    tied = measures.frontier_fit(
+        [1.0, 1.0, 2.0], [0.0, 0.4, 0.3], "isotonic"
+    )  # ties: one point at their mean
+    assert tied(1.0) == pytest.approx(0.7 / 3) and tied(2.0) == pytest.approx(0.7 / 3)  # weights 2 and 1
+    line = measures.frontier_fit([0.0, 1.0, 2.0], [0.0, 0.1, 0.2], "linear")
+    assert line(3.0) == pytest.approx(0.3)
+
+
+def test_frontier_bootstrap_over_seeds_draws_whole_seeds():
+    """With ``resample: seeds`` each draw takes a seed with its runs of both methods; the value is the two
+    isotonic frontiers' difference at the mean gain, by hand from the cells."""
+    spec = {"id": "f", "kind": "frontier", "fit": "isotonic", "resample": "seeds",
+            "a": {"method": "pspo", "groups": [{}]}, "b": {"method": "clip", "groups": [{}]}}  # fmt: skip
+    m = measures.m_frontier(measures.Records.read(MINI), spec)
+    base = _cell_true_acc(MINI / "eval/mini_sft/baseline/seed0/synthetic/T0.0.json")
+    base_h = _cell_true_acc(MINI / "eval/mini_sft/baseline/seed0/synthetic_heldout/T0.0.json")
+    pts = {
+        meth: np.array([
+            (_cell_true_acc(MINI / f"eval/mini_sft/{meth}/seed{s}/synthetic/T0.0.json") - base,
+             _cell_true_acc(MINI / f"eval/mini_sft/{meth}/seed{s}/synthetic_heldout/T0.0.json") - base_h)
+            for s in (0, 1, 2)
+        ])
+        for meth in ("pspo", "clip")
+    }  # fmt: skip
+    g = np.concatenate([pts["pspo"][:, 0], pts["clip"][:, 0]]).mean()
+    want = measures.frontier_fit(*pts["pspo"].T, "isotonic")(g) - measures.frontier_fit(
+        *pts["clip"].T, "isotonic"
+    )(g)
+    assert m.value == pytest.approx(want) and "bootstrap over 3 seeds" in m.text
+    assert {p[3] for p in m.extra["points"]["a"]} == {0, 1, 2} and m.low <= m.high
+
+
+def _near_tied_selection(root: Path) -> Path:
+    """pspo's tuning runs on seed 100 near-tied (1e-3 validates 0.400, 1e-4 0.395); at 1e-3 it answers every
+    test prompt, at 1e-4 none; clip (untuned) answers 2, 3 and 1 of the 6."""
+    import toy_records as T
+
+    T.build(root)
+    for seed, k in zip(T.SEEDS, (2, 3, 1), strict=True):
+        T.cell(root, "clip", seed, "synthetic", [1] * k + [0] * (T.PROMPTS - k))
+    for value, reward in (("0.0001", 0.395), ("0.001", 0.4)):
+        rows = [{"step": 0, "eval/reward": 0.1}, {"step": 2, "train/loss": 0.1, "eval/reward": reward}]
+        T.run(root, "pspo", 100, tag=f"tune-learning_rate{value}", lines=rows)
+    for seed in T.SEEDS:
+        T.cell(root, "pspo", seed, "synthetic", [1] * T.PROMPTS, tag="tuned-learning_rate0.001")
+        T.cell(root, "pspo", seed, "synthetic", [0] * T.PROMPTS, tag="tuned-learning_rate0.0001")
+    return root
+
+
+@pytest.mark.parametrize(("tolerance", "sensitive"), [(0.01, True), (0.001, False)])
+def test_a_verdict_that_flips_within_the_selection_set_is_selection_sensitive(tmp_path, tolerance, sensitive):
+    import toy_records as T
+
+    root = _near_tied_selection(tmp_path)
+    tuning = {"lr": {**T.TUNING["lr"], "tolerance": tolerance}}
+    claim = {"id": "k", "claim": "c", "quote": "q", "section": "s", "test": "t", "test_short": "t", "key": "d",
+             "measure": [{"id": "d", "kind": "compare", "a": {"method": "pspo", "tuned": "lr"}, "b": {"method": "clip"}}],
+             "verdict": {"rule": "greater", "diff": "d"}}  # fmt: skip
+    r = claims.evaluate(measures.Records.read(root), [claim], tuning)[0]
+    # at the pick (1e-3) GR-PSPO is ahead on every seed (t p 0.02, alone in its family: supported)
+    assert r["measured"]["d"].value > 0 and claims.decide(r["key_test"], r["p_holm"]) == "supported"
+    if sensitive:  # 1e-4 is within 0.01 of the pick: there GR-PSPO is behind on every seed (p 0.07)
+        ((where, key, p, p_adj, v),) = r["selection"]
+        assert where == "pspo learning_rate 0.0001" and "-33.3" in key and v == "not resolved"
+        assert p == pytest.approx(claims.seed_tests([-2 / 6, -3 / 6, -1 / 6])["t"]) and p_adj == p
+        assert r["verdict_text"] == claims.SELECTION_SENSITIVE
+    else:
+        assert r["selection"] == [] and r["verdict_text"] == "supported"
