@@ -463,12 +463,15 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
         pts[side] = rows
     arr = {k: np.array([(r[0], r[1], r[3]) for r in v]) for k, v in pts.items()}  # gain, retention, seed
 
-    def diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float]:
-        g_star = float(np.concatenate([a[:, 0], b[:, 0]]).mean())
-        ra, rb = frontier_fit(a[:, 0], a[:, 1], fit)(g_star), frontier_fit(b[:, 0], b[:, 1], fit)(g_star)
-        return ra - rb, g_star, ra, rb
+    # the gain both methods' runs average: the matched point, held fixed across the bootstrap's draws
+    g_star = float(np.concatenate([arr["a"][:, 0], arr["b"][:, 0]]).mean())
 
-    value, g_star, ret_a, ret_b = diff(arr["a"], arr["b"])
+    def diff(a: np.ndarray, b: np.ndarray) -> float:
+        return frontier_fit(a[:, 0], a[:, 1], fit)(g_star) - frontier_fit(b[:, 0], b[:, 1], fit)(g_star)
+
+    ret_a = frontier_fit(arr["a"][:, 0], arr["a"][:, 1], fit)(g_star)
+    ret_b = frontier_fit(arr["b"][:, 0], arr["b"][:, 1], fit)(g_star)
+    value = ret_a - ret_b
     rng = np.random.default_rng(0)
     seeds = np.array(sorted(set(arr["a"][:, 2]) | set(arr["b"][:, 2])))
     if resample == "seeds" and seeds.size < 3:
@@ -482,7 +485,7 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
         else:
             a = arr["a"][rng.integers(0, len(arr["a"]), len(arr["a"]))]
             b = arr["b"][rng.integers(0, len(arr["b"]), len(arr["b"]))]
-        draws.append(diff(a, b)[0])
+        draws.append(diff(a, b))
     d = np.array(draws)
     low, high = (float(q) for q in np.quantile(d, [0.025, 0.975]))
     p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
