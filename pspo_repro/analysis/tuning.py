@@ -90,8 +90,11 @@ class Selection:
         n = {len(p) for p in self.per_seed.values()}
         seeds = f" ({n.pop()} selection seeds each)" if len(n) == 1 else ""
         near = ""
-        if tolerance is not None and len(self.near(tolerance)) > 1:
-            near = f"; selection set (within the noise of the pick): {', '.join(self.near(tolerance))}"
+        if tolerance is not None:
+            members = self.near(tolerance)
+            near = (f"; selection set (within the noise of the pick): {', '.join(members)}" if len(members) > 1
+                    else f"; selection set: the pick alone (no leave-one-seed-out subset picks another value, none "
+                    f"within {tolerance:g} of it)")  # fmt: skip
         return f"{self.method}{f' ({where})' if where else ''} {leaf}: " + ", ".join(parts) + seeds + near
 
 

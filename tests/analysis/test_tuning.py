@@ -231,4 +231,5 @@ def test_the_selection_set_holds_every_pick_within_the_selections_noise():
     clear = Selection("clip", "trainer.learning_rate", "0.001", {"0.0001": 0.1, "0.001": 0.3},
                       {"0.0001": {1: 0.1, 2: 0.1, 3: 0.1}, "0.001": {1: 0.3, 2: 0.3, 3: 0.3}})  # fmt: skip
     assert clear.near(0.01) == ["0.001"]
-    assert "selection set" not in clear.text(0.01) and "selection set" in sel.text(0.0)
+    assert "selection set: the pick alone" in clear.text(0.01) and "selection set" not in clear.text()
+    assert sel.text(0.0).endswith("selection set (within the noise of the pick): 0.0001, 0.0003")
