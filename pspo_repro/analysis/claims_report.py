@@ -70,11 +70,15 @@ def markdown(
             "",
             "**Tuning-matched comparisons.** The head-to-head claims compare each method at its own learning "
             "rate, chosen from the same sweep by its mean best validation reward (validation split, never the "
-            "test problems) on selection seeds that the reported numbers do not use; bold: the value kept. "
-            "Where the spec sets a tolerance, the selection set (the pick, each leave-one-seed-out pick and every "
-            "value within the tolerance of the best) is run on the report seeds too, and a claim's key test is "
-            "repeated at each combination of its arms' set members: a verdict that differs at any of them is "
-            f'"{SELECTION_SENSITIVE}".',
+            "test problems) on selection seeds that the reported numbers do not use; bold: the value kept."
+            + (
+                " The selection set (the pick, each leave-one-seed-out pick and every value within the "
+                "tolerance of the best) is run on the report seeds too, and a claim's key test is repeated at "
+                "each combination of its arms' set members: a verdict that differs at any of them is "
+                f'"{SELECTION_SENSITIVE}".'
+                if any(tol is not None for _, tol in selections)
+                else ""
+            ),
             "",
         ] + [f"- {s.text(tol)}" for s, tol in selections]
     lines += [

@@ -492,11 +492,13 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
     over = f"bootstrap over {seeds.size} seeds" if resample == "seeds" else "bootstrap over runs"
     label = spec.get("label", "retention at matched gain")
     text = (f"{label}: at the mean gain {pp(g_star)} points over the base, {spec['a']['method']} retains "
-            f"{pp(ret_a)} and {spec['b']['method']} {pp(ret_b)} points of held-out accuracy ({fit} frontiers): "
+            f"{pp(ret_a)} and {spec['b']['method']} {pp(ret_b)} points of held-out accuracy"
+            + (f" ({fit} frontiers)" if fit != "linear" else "") + ": "
             f"difference {pp(value)} [{pp(low)}, {pp(high)}] ({over}, p = {p:.3g}; {len(arr['a'])} and "
             f"{len(arr['b'])} runs)")  # fmt: skip
-    extra = {"p": p, "gain": g_star, "points": pts, "methods": (spec["a"]["method"], spec["b"]["method"]),
-             "fit": fit, "resample": resample}  # fmt: skip
+    extra = {"p": p, "gain": g_star, "points": pts, "methods": (spec["a"]["method"], spec["b"]["method"])}
+    if (fit, resample) != ("linear", "runs"):  # the earlier specs' tables keep their columns
+        extra |= {"fit": fit, "resample": resample}
     return Measured(spec["id"], label, value, low, high, {}, extra, text,
                     f"{label}: {pp(value)} [{pp(low)}, {pp(high)}] at gain {pp(g_star)}")  # fmt: skip
 
