@@ -72,17 +72,15 @@ def test_holm_adjustment_and_groups(study_rows):
         assert float(r["p_holm"]) == pytest.approx(expect[r["method"]], rel=1e-9)
         group = "=" if expect[r["method"]] >= 0.05 else (">" if float(r["prompt_diff"]) > 0 else "<")
         assert r["group_vs_reference"] == group
-    # the stale regime: clip collapsed there (2 of 5 seeds at or below the base), so the reference is the
-    # best mean, noclip, and PSPO (the same update, seed by seed) is its class; clip is worse by 24.8 points
+    # the stale regime: clip collapsed there, so the reference is the best mean, noclip. Under the study's bf16
+    # numerics PSPO no longer takes noclip's steps bit for bit (its (1 - alpha) scale rounds differently), so
+    # it is its own class: 0.9 points below noclip, 11 prompts worse and 2 better (conditional on these seeds)
     stale = {r["method"]: r for r in rows if r["tag"] == STALE}
     assert {r["reference"] for r in stale.values()} == {"noclip"}
-    assert [stale[m]["group_vs_reference"] for m in ("noclip", "pspo", "clip")] == [
-        "ref",
-        leaderboard.SAME,
-        "<",
-    ]
-    assert stale["noclip"]["equivalence_class"] == stale["pspo"]["equivalence_class"] == "A"
-    assert float(stale["clip"]["prompt_diff"]) == pytest.approx(-0.248, abs=5e-4)
+    assert [stale[m]["group_vs_reference"] for m in ("noclip", "pspo", "clip")] == ["ref", "<", "<"]
+    assert stale["noclip"]["equivalence_class"] == stale["pspo"]["equivalence_class"] == ""  # no class
+    assert float(stale["pspo"]["prompt_diff"]) == pytest.approx(-0.009, abs=5e-4)
+    assert float(stale["clip"]["prompt_diff"]) == pytest.approx(-0.272, abs=5e-4)
     assert {r["reference"] for r in rows if r["tag"] == ""} == {"clip"}
     means = [float(r["true_acc_T0"]) for r in rows if r["tag"] == ""]
     assert means == sorted(means, reverse=True) and "rank" not in rows[0]
@@ -94,10 +92,13 @@ def test_holm_adjustment_and_groups(study_rows):
 def test_markdown_marks_clipped_intervals_and_lists_hyperparameters(study_rows):
     out, _ = study_rows
     text = (out / "leaderboard.md").read_text()
-    # clip in the stale regime: 5.2 with a t interval whose low end is above 0 is printed as is
-    assert "| 3 | clip | - | < | 5.2 [0.2, 10.2] |" in text
-    assert "clip collapsed here (2 of 5 seeds), so the reference is the method with the best mean" in text
-    assert "| pspo | alpha=0.1, loss_agg=dapo, num_iterations=2 | alpha 0.1/0.2/0.3/0.4/0.5/0.9 |" in text
+    # clip in the stale regime: 4.1 with a t interval whose low end is above 0 is printed as is
+    assert "| 3 | clip | - | < | 4.1 [1.9, 6.3] |" in text
+    assert "clip collapsed here (1 of 5 seeds), so the reference is the method with the best mean" in text
+    assert (
+        "| pspo | alpha=0.1, loss_agg=dapo, num_iterations=2, rollout_correction=none, "
+        "rollout_correction_batch_normalize=False, rollout_correction_threshold=None | alpha 0.1/0.2/0.3/0.4/0.5/0.9 |"
+    ) in text
     assert (out / "leaderboard.png").read_bytes()[:4] == b"\x89PNG"
     iv = leaderboard.Interval(0.02, -0.03, 0.07, 3, "t_seeds")
     assert leaderboard._pct(iv) == "2.0 [0.0, 7.0]§"
