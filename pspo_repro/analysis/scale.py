@@ -34,6 +34,7 @@ from pspo_repro.analysis.stats import Interval, holm
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
+from pspo_repro.common.safe_paths import no_symlink_escape
 
 SPEC = CONF_DIR / "claims" / "scale.yaml"
 OUTPUTS = ("scale.md", "scale.csv", "scale.png")
@@ -107,6 +108,7 @@ def read_ladder(root: Path, ladder: list[dict[str, Any]], spec: Path = SPEC) -> 
     # The ladder's shape first (folders, distinct sizes): a bad one is refused before any record is read.
     names = [str(b["name"]) for b in ladder]
     for name in names:
+        no_symlink_escape(root, root / name, f"rung {name}", action="read")  # the tree's one link rule
         if not (root / name).is_dir():
             raise ValueError(f"rung {name}: no results folder {root / name} (run its pipeline: make scale)")
     params = [int(b["params"]) for b in ladder]

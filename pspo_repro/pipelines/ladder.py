@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.cli import run_command
 from pspo_repro.common.paths import CONF_DIR, results_dir
-from pspo_repro.common.safe_paths import UnsafePathError, check_name
+from pspo_repro.common.safe_paths import UnsafePathError, check_name, no_symlink_escape
 from pspo_repro.pipelines.markers import read_record
 
 
@@ -124,6 +124,11 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     ladder = bases(cfg)
     root = scale_root(cfg)
     only = only_rungs(cfg)
+    for base in ladder:  # a rung folder linked out of the root: its pipeline would write there
+        try:
+            no_symlink_escape(root, root / base.name, f"rung {base.name}")
+        except UnsafePathError as exc:
+            raise ScaleError(str(exc)) from None
     timings_path = root / "timings.json"
     previous = (read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}
