@@ -65,6 +65,37 @@ def test_missing_data_folder_exits_with_usage_before_anything_runs(value, tmp_pa
     assert not (tmp_path / "scratch").exists()
 
 
+@pytest.mark.parametrize("dry", [True, False])
+def test_default_folders_follow_the_results_root(dry, tmp_path, monkeypatch):
+    """PSPO_RESULTS_DIR moves the rehearsal's report and scratch folder, as it moves every command's outputs."""
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "res"))
+    args = rh.parse_args([*(["--dry-run"] if dry else []), "--big", "none"])
+    base = tmp_path / "res" / "rehearse"
+    assert args.scratch == base / ("scratch_dry" if dry else "scratch")
+    assert args.out == (args.scratch / "rehearse.json" if dry else base / "rehearse.json")
+
+
+def test_the_default_report_is_written_under_the_results_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "res"))
+    r = rh.Rehearsal(rh.parse_args(["--dry-run", "--hard-s", "0", "--big", "none"]))
+    r.stage("never", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert json.loads((tmp_path / "res/rehearse/scratch_dry/rehearse.json").read_text())["stages"]["never"]
+
+
+def test_a_default_folder_linked_out_of_the_results_root_is_one_usage_line(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "res"
+    results.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (results / "rehearse").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(results))
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--dry-run", "--big", "none"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and err.startswith("rehearse.py: error: --scratch ")
+    assert f"{results / 'rehearse'} is a symlink to {tmp_path / 'elsewhere'}" in err
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
 def test_checkpoint_facts_read_the_safetensors_header(tmp_path):
     import torch
     from safetensors.torch import save_file
