@@ -51,13 +51,15 @@ def bases(cfg: DictConfig) -> list[Base]:
     if not OmegaConf.is_list(rungs) or len(rungs) < 2:
         raise ScaleError(f"rungs must be a list of at least 2 {{name, arch}} entries, got {rungs!r}")
     out: list[Base] = []
-    for r in rungs:
+    for i, r in enumerate(rungs):
+        if not OmegaConf.is_dict(r):
+            raise ScaleError(f"rungs[{i}] must be a mapping {{name, arch}}, got {r!r}")
         arch = r.get("arch")
         if arch is None or not OmegaConf.is_dict(arch):
             raise ScaleError(
                 f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}"
             )
-        out.append(Base(str(r.get("name")), OmegaConf.to_container(arch)))
+        out.append(Base(_name(f"rungs[{i}].name", r.get("name")), OmegaConf.to_container(arch)))
     _check_names([b.name for b in out])
     spec = cfg.get("specialisation")
     if spec:
@@ -67,18 +69,44 @@ def bases(cfg: DictConfig) -> list[Base]:
                 f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}"
             )
         sft = OmegaConf.to_container(spec.get("sft") or {})
-        allowed = {"data.n_train", "data.heldout_n_train", "data.habit_frac"}
-        if not sft or set(sft) - allowed:
+        if not sft or set(sft) - set(SFT_MIX):
             raise ScaleError(
-                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}"
+                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(SFT_MIX))}"
             )
-        out.append(Base(str(spec.get("name")), by_name[str(spec.rung)].arch, sft, str(spec.rung)))
+        for key, value in sft.items():
+            ok, allowed = SFT_MIX[key]
+            if not ok(value):
+                raise ScaleError(f"specialisation.sft.{key}={value!r}: allowed {allowed}")
+        name = _name("specialisation.name", spec.get("name"))
+        out.append(Base(name, by_name[str(spec.rung)].arch, sft, str(spec.rung)))
         _check_names([b.name for b in out])
     names = [b.name for b in out]
     only = cfg.get("only")
     if only is not None and (not OmegaConf.is_list(only) or set(map(str, only)) - set(names)):
         raise ScaleError(f"only={only!r}: a list of base names among {', '.join(names)}")
     return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# The specialisation's SFT mix: the keys it may set, each with its rule (a row count, a share).
+SFT_MIX: dict[str, tuple[Any, str]] = {
+    "data.n_train": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (rows of the rewarded task)"),
+    "data.heldout_n_train": (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (rows of the held-out skill)"),
+    "data.habit_frac": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1,
+        "a number in [0, 1]",
+    ),
+}
+
+
+def _name(where: str, value: Any) -> str:
+    """A base's ``name`` as given; ScaleError when it is missing (``str(None)`` would name the folder ``None``)."""
+    if value is None or value == "":
+        raise ScaleError(f"{where} is required: each base names its folder under the ladder's root")
+    return str(value)
 
 
 def _check_names(names: list[str]) -> None:
