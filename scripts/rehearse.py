@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import resource
 import shutil
@@ -118,6 +119,18 @@ def _names(allowed: tuple[str, ...]):
     return parse
 
 
+def _seconds(text: str) -> float:
+    """``--hard-s``: a finite number of seconds >= 0 (``nan`` compared false with every time left, so no
+    stage was ever skipped)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed a finite number of seconds >= 0")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rehearse.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="the tiny architecture: seconds, for the tests")
@@ -126,7 +139,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="result JSON (default <results>/rehearse/...)")
     p.add_argument("--scratch", type=Path, default=None, help="default <results>/rehearse/scratch[_dry]")
     p.add_argument("--keep-checkpoints", action="store_true", help="do not delete evaluated checkpoints")
-    p.add_argument("--hard-s", type=float, default=None, help="stop starting stages after this many seconds")
+    p.add_argument(
+        "--hard-s", type=_seconds, default=None, help="stop starting stages after this many seconds"
+    )
     args = p.parse_args(argv)
     # Training and the GSM8K cell read the offline data: without it every stage would fail, each after its
     # model had been built. Checked before anything runs.

@@ -96,6 +96,16 @@ def test_a_default_folder_linked_out_of_the_results_root_is_one_usage_line(tmp_p
     assert not any((tmp_path / "elsewhere").iterdir())
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+def test_a_hard_limit_that_is_no_finite_number_of_seconds_is_one_usage_line(value, tmp_path, capsys):
+    """``nan`` compared false with every time left, so no stage was ever skipped (issue 59, item 5)."""
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--dry-run", "--hard-s", value, "--scratch", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and f"--hard-s: {value!r}: allowed a finite number of seconds >= 0" in err
+    assert not (tmp_path / "s").exists()
+
+
 def test_checkpoint_facts_read_the_safetensors_header(tmp_path):
     import torch
     from safetensors.torch import save_file
