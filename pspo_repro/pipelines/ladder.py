@@ -9,7 +9,9 @@ ladder's tables, figure and claim-13 verdict from every rung's records.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -59,7 +61,8 @@ def bases(cfg: DictConfig) -> list[Base]:
             raise ScaleError(
                 f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}"
             )
-        out.append(Base(_name(f"rungs[{i}].name", r.get("name")), OmegaConf.to_container(arch)))
+        name = _name(f"rungs[{i}].name", r.get("name"))
+        out.append(Base(name, _checked_arch(name, OmegaConf.to_container(arch))))
     _check_names([b.name for b in out])
     spec = cfg.get("specialisation")
     if spec:
@@ -100,6 +103,36 @@ SFT_MIX: dict[str, tuple[Any, str]] = {
         "a number in [0, 1]",
     ),
 }
+
+
+# The Qwen2Config fields a rung's arch may set that are sizes or counts (integers >= 1); any other field
+# takes a number, true/false or a plain word (hidden_act: silu).
+ARCH_INT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "head_dim", "max_position_embeddings", "max_window_layers",
+                   "sliding_window")  # fmt: skip
+_ARCH_KEY = re.compile(r"[a-z][a-z0-9_]*")
+_ARCH_WORD = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+
+
+def _checked_arch(rung: str, arch: dict[str, Any]) -> dict[str, Any]:
+    """``arch`` when every field is a plain name and every value what the field takes, else ScaleError
+    naming the field (``hidden_size=64.5`` or ``sixty`` used to fail with a traceback)."""
+    for key, value in arch.items():
+        if not isinstance(key, str) or not _ARCH_KEY.fullmatch(key):
+            raise ScaleError(f"rung {rung!r}: arch field {key!r} is not a Qwen2Config field name")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if key in ARCH_INT_FIELDS:
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ScaleError(f"rung {rung!r}: arch.{key}={value!r}: allowed an integer >= 1")
+        elif not (
+            isinstance(value, bool)
+            or (number and math.isfinite(value))
+            or (isinstance(value, str) and _ARCH_WORD.fullmatch(value))
+        ):
+            raise ScaleError(
+                f"rung {rung!r}: arch.{key}={value!r}: allowed a finite number, true/false or a plain word"
+            )
+    return arch
 
 
 def _name(where: str, value: Any) -> str:

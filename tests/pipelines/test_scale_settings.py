@@ -89,6 +89,31 @@ def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
         ("rungs=[{name: a}, {name: b, arch: {}}]", "rung 'a': arch must be a mapping"),
         ("specialisation.rung=nope", "specialisation.rung='nope': not a rung"),
         ("only=[h64_l2,nope]", "only="),
+        # issue 59, item 7: an arch value a field cannot take (they used to fail with a traceback)
+        (
+            "rungs=[{name: a, arch: {hidden_size: 64.5}}, {name: b, arch: {}}]",
+            "rung 'a': arch.hidden_size=64.5: allowed an integer >= 1",
+        ),
+        (
+            "rungs=[{name: a, arch: {hidden_size: sixty}}, {name: b, arch: {}}]",
+            "rung 'a': arch.hidden_size='sixty': allowed an integer >= 1",
+        ),
+        (
+            "rungs=[{name: a, arch: {num_hidden_layers: true}}, {name: b, arch: {}}]",
+            "arch.num_hidden_layers=True: allowed an integer >= 1",
+        ),
+        (
+            "rungs=[{name: a, arch: {hidden_size: 0}}, {name: b, arch: {}}]",
+            "arch.hidden_size=0: allowed an integer >= 1",
+        ),
+        (
+            """rungs=[{name: a, arch: {hidden_act: "silu','out_dir=/x'"}}, {name: b, arch: {}}]""",
+            "arch.hidden_act=\"silu','out_dir=/x'\": allowed a finite number, true/false or a plain word",
+        ),
+        (
+            "rungs=[{name: a, arch: {rope_theta: nan}}, {name: b, arch: {}}]",
+            "arch.rope_theta=nan: allowed a finite number",
+        ),
         # issue 59, item 5: names present, counts > 0
         ("rungs=[{arch: {}}, {name: b, arch: {}}]", "rungs[0].name is required"),
         ("rungs=[{name: null, arch: {}}, {name: b, arch: {}}]", "rungs[0].name is required"),
