@@ -45,6 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's package, not whichever one the interpreter has installed
+from pspo_repro.common.output_dirs import folder_problem  # noqa: E402
 from pspo_repro.common.paths import results_dir  # noqa: E402
 from pspo_repro.common.safe_paths import UnsafePathError, no_symlink_escape  # noqa: E402
 
@@ -152,6 +153,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.scratch, args.out = output_paths(args.scratch, args.out, args.dry_run)
     except UnsafePathError as exc:
         p.error(str(exc))
+    # Where it writes, before any stage: a file, a read-only folder or a full disk is one line, not a
+    # traceback from the first write (the scratch folder) or after every stage has run (the report).
+    if why := folder_problem(args.scratch):
+        p.error(f"--scratch={args.scratch}: {why}; allowed: a folder that can be written")
+    if args.out.is_dir():
+        p.error(f"--out={args.out} is a folder; allowed: the report's file path (a .json file)")
+    if why := folder_problem(args.out.parent):
+        p.error(f"--out={args.out}: {why}; allowed: a file in a folder that can be written")
     return args
 
 
@@ -270,11 +279,19 @@ def _wrap_train_modes(figures: dict[str, Any]) -> None:
 
 
 def wrap_main(argv: list[str]) -> int:
-    """``_wrap train FIGURES.json -- <train overrides>``: ``python -m pspo_repro.train`` in this process,
+    """``_wrap FIGURES.json -- <train overrides>``: ``python -m pspo_repro.train`` in this process,
     timed; the figures are written on exit (a SIGKILLed process leaves none)."""
     import runpy
 
-    figures_path, rest = Path(argv[0]), argv[argv.index("--") + 1 :]
+    if len(argv) < 2 or argv[0] in ("", "--") or argv[1] != "--":
+        print(f"rehearse.py _wrap: error: got {argv!r}; allowed: _wrap FIGURES.json -- <train overrides>",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    figures_path, rest = Path(argv[0]), argv[2:]
+    why = f"{figures_path} is a folder" if figures_path.is_dir() else folder_problem(figures_path.parent)
+    if why:
+        print(f"rehearse.py _wrap: error: FIGURES.json={figures_path}: {why}", file=sys.stderr)
+        return 2
     figures: dict[str, Any] = {}
     sys.path.insert(0, str(ROOT))
     _wrap_train_modes(figures)

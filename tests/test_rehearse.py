@@ -106,6 +106,45 @@ def test_a_hard_limit_that_is_no_finite_number_of_seconds_is_one_usage_line(valu
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("case", ["scratch_file", "out_read_only", "out_folder", "out_under_file"])
+def test_an_output_that_cannot_be_written_is_one_usage_line(case, tmp_path, monkeypatch, capsys):
+    """Issue 59, item 7: a --scratch that is a file or an --out in a read-only folder was a traceback (the
+    report's only after every stage had run)."""
+    from pspo_repro.common import output_dirs
+
+    (tmp_path / "f").write_text("x")
+    args, want = {
+        "scratch_file": (["--scratch", str(tmp_path / "f")], f"--scratch={tmp_path / 'f'}: {tmp_path / 'f'} is a file"),
+        "out_read_only": (["--out", str(tmp_path / "ro" / "r.json")], f"--out={tmp_path / 'ro' / 'r.json'}: {tmp_path / 'ro'} cannot be written"),
+        "out_folder": (["--out", str(tmp_path)], f"--out={tmp_path} is a folder; allowed: the report's file path"),
+        "out_under_file": (["--out", str(tmp_path / "f" / "r.json")], f"{tmp_path / 'f'} is a file, not a folder"),
+    }[case]  # fmt: skip
+    (tmp_path / "ro").mkdir()
+    real = os.access  # read-only as a non-root user sees a chmod 555 folder (root ignores the mode bits)
+    monkeypatch.setattr(output_dirs.os, "access", lambda p, m: Path(p) != tmp_path / "ro" and real(p, m))
+    scratch = [] if case == "scratch_file" else ["--scratch", str(tmp_path / "s")]
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--dry-run", "--big", "none", *scratch, *args])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and err.startswith("rehearse.py: error: ") and want in err
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["figures.json"], ["figures.json", "x=1"], ["--", "x=1"], ["", "--"]])
+def test_wrap_with_bad_arguments_is_one_line(argv, capsys):
+    """``_wrap`` is internal, but bad arguments were an IndexError or ValueError traceback."""
+    assert rh.main(["_wrap", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and "allowed: _wrap FIGURES.json -- <train overrides>" in err
+
+
+def test_wrap_figures_in_a_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert rh.main(["_wrap", str(tmp_path / "f" / "fig.json"), "--", "model=tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and f"{tmp_path / 'f'} is a file, not a folder" in err
+
+
 def test_checkpoint_facts_read_the_safetensors_header(tmp_path):
     import torch
     from safetensors.torch import save_file
