@@ -6,9 +6,10 @@ is one plain folder name (no separator, no ``.``/``..``, no control or non-ASCII
 does not hold a credential's value; ``results_path`` joins checked names under a root and proves the result
 lies under it, both as written (after ``.``/``..`` normalisation) and after following symlinks: a link inside
 results/ (``results/eval -> /elsewhere``) is written through only when it points back into the results folder
-or into the folder ``PSPO_RESULTS_DIR`` names (``no_symlink_escape``); readers walk a results tree only through
-``tree_files``, which holds every link it meets to the same rule (docs/reliability.md, "One rule for links"). File names a command derives from its
-options (``paired_<a>_vs_<b>_<metric>.md``) pass ``check_file_name``. No torch imports.
+or into the folder ``PSPO_RESULTS_DIR`` names (``no_symlink_escape``); readers walk a results tree only
+through ``tree_files``, which holds every link it meets to the same rule (docs/reliability.md, "One rule for
+links"). File names a command derives from its options (``paired_<a>_vs_<b>_<metric>.md``) pass
+``check_file_name``. No torch imports.
 """
 
 from __future__ import annotations
@@ -136,8 +137,11 @@ def tree_files(top: str | os.PathLike, folder: str | os.PathLike, pattern: str) 
     found: list[Path] = []
 
     def walk(here: Path, above: frozenset[Path]) -> None:
-        with os.scandir(here) as entries:
-            listed = sorted(entries, key=lambda e: e.name)
+        try:
+            with os.scandir(here) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:  # an unreadable folder would drop its records from a table unseen
+            raise UnsafePathError(f"{here}: cannot be read ({exc.strerror or exc})") from None
         for entry in listed:
             path = Path(entry.path)
             if entry.is_symlink():
