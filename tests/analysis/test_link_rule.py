@@ -173,3 +173,25 @@ def test_the_ladder_refuses_a_rung_linked_out_before_any_rung_runs(tmp_path, mon
     monkeypatch.setattr(ladder.subprocess, "run", lambda *a, **k: pytest.fail("a rung ran"))
     with pytest.raises(ladder.ScaleError, match=f"rung {first} .* is a symlink to .*elsewhere"):
         ladder.run_ladder(cfg)
+
+
+def test_a_folder_that_cannot_be_read_is_one_line(tmp_path, monkeypatch):
+    """glob passed over an unreadable folder, so its records left the tables unseen (root reads any mode:
+    the refusal is simulated)."""
+    import os
+
+    from pspo_repro.common import safe_paths
+
+    (tmp_path / "eval" / "locked").mkdir(parents=True)
+    real = os.scandir
+
+    def scandir(path):
+        if Path(path) == tmp_path / "eval" / "locked":
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(safe_paths.os, "scandir", scandir)
+    with pytest.raises(
+        UnsafePathError, match=f"^{tmp_path / 'eval' / 'locked'}: cannot be read \\(Permission denied\\)$"
+    ):
+        tree_files(tmp_path, tmp_path / "eval", "*.json")
