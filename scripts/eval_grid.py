@@ -21,13 +21,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pspo_repro.common.paths import results_dir
 from pspo_repro.common.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def results_root() -> Path:
-    return Path(os.environ.get("PSPO_RESULTS_DIR", ROOT / "results"))
+    """The results folder the patterns are relative to: the commands' own (``paths.results_dir``)."""
+    return results_dir()
 
 
 def find_runs(patterns: list[str]) -> tuple[list[Path], list[tuple[Path, str]]]:

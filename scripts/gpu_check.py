@@ -106,15 +106,21 @@ def _legs(text: str) -> tuple[str, ...]:
 
 
 def default_out() -> Path:
-    """``$OUT/gpu_check.json`` on the device machine (its files come back), else results/gpu_check.json."""
+    """``$OUT/gpu_check.json`` on the device machine (its files come back), else ``<results>/gpu_check.json``
+    (``results_dir()``: ``PSPO_RESULTS_DIR`` when set, as for every command)."""
     out = os.environ.get("OUT")
-    return Path(out) / "gpu_check.json" if out else ROOT / "results" / "gpu_check.json"
+    if out:
+        return Path(out) / "gpu_check.json"
+    sys.path.insert(0, str(ROOT))  # this checkout's package
+    from pspo_repro.common.paths import results_dir
+
+    return results_dir() / "gpu_check.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="gpu_check.py")
     p.add_argument(
-        "--out", type=Path, default=None, help="result JSON (default: $OUT/gpu_check.json or results/)"
+        "--out", type=Path, default=None, help="result JSON (default: $OUT/gpu_check.json or <results>/)"
     )
     p.add_argument(
         "--work-dir", type=Path, default=None, help="model, logs and leg results (default: a temp dir)"

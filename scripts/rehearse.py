@@ -17,10 +17,11 @@ fit AdamW's fp32 state in this machine's memory (16 bytes per parameter: ~23 GiB
 builds the random-init architecture and runs one evaluation cell (load, forward, generate, grade).
 
 The paper's settings are unchanged except ``OVERRIDES`` (printed at the start and stored in the JSON).
-Recorded in ``results/rehearse/rehearse.json`` (rewritten after every stage): per stage the wall time,
+Recorded in ``<results>/rehearse/rehearse.json`` (``<results>``: ``PSPO_RESULTS_DIR`` when set, else the
+checkout's ``results/``, as for every command; rewritten after every stage): per stage the wall time,
 CPU seconds and peak resident memory (the child's own ``ru_maxrss`` from ``os.wait4``); the parameter
 and autocast dtypes training ran with; the best checkpoint's size and tensor dtypes; TRL's per-step time
-split into generation and the rest. Everything else goes to ``results/rehearse/scratch/`` (checkpoints
+split into generation and the rest. Everything else goes to ``<results>/rehearse/scratch/`` (checkpoints
 are deleted once evaluated: ~6 GB each). ``--dry-run`` does the same on the tiny architecture in seconds
 (tests/test_rehearse.py). ``_wrap`` is the internal entry that times a training process from inside.
 """
@@ -31,6 +32,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import resource
 import shutil
@@ -42,6 +44,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's package, not whichever one the interpreter has installed
+from pspo_repro.common.output_dirs import folder_problem  # noqa: E402
+from pspo_repro.common.paths import results_dir  # noqa: E402
+from pspo_repro.common.safe_paths import UnsafePathError, no_symlink_escape  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
 gpu_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_check)
@@ -113,27 +120,62 @@ def _names(allowed: tuple[str, ...]):
     return parse
 
 
+def _seconds(text: str) -> float:
+    """``--hard-s``: a finite number of seconds >= 0 (``nan`` compared false with every time left, so no
+    stage was ever skipped)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed a finite number of seconds >= 0")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="rehearse.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="the tiny architecture: seconds, for the tests")
     p.add_argument("--methods", type=_names(tuple(METHODS)), default=tuple(METHODS))
     p.add_argument("--big", type=_names(BIG_MODELS), default=BIG_MODELS, help="1.5B models: eval cell only")
-    p.add_argument("--out", type=Path, default=None, help="result JSON (default results/rehearse/...)")
-    p.add_argument("--scratch", type=Path, default=None, help="default results/rehearse/scratch[_dry]")
+    p.add_argument("--out", type=Path, default=None, help="result JSON (default <results>/rehearse/...)")
+    p.add_argument("--scratch", type=Path, default=None, help="default <results>/rehearse/scratch[_dry]")
     p.add_argument("--keep-checkpoints", action="store_true", help="do not delete evaluated checkpoints")
-    p.add_argument("--hard-s", type=float, default=None, help="stop starting stages after this many seconds")
+    p.add_argument(
+        "--hard-s", type=_seconds, default=None, help="stop starting stages after this many seconds"
+    )
     args = p.parse_args(argv)
     # Training and the GSM8K cell read the offline data: without it every stage would fail, each after its
     # model had been built. Checked before anything runs.
     data = os.environ.get("PSPO_DATA_DIR")
     if not data or not (Path(data) / "gsm8k").is_dir():
         p.error(f"PSPO_DATA_DIR={data!r} is not the offline data folder (../shared/data, with gsm8k/ in it)")
-    rehearse = ROOT / "results" / "rehearse"
-    if args.scratch is None:
-        args.scratch = rehearse / ("scratch_dry" if args.dry_run else "scratch")
-    if args.out is None:
-        args.out = (args.scratch / "rehearse.json") if args.dry_run else rehearse / "rehearse.json"
+    try:
+        args.scratch, args.out = output_paths(args.scratch, args.out, args.dry_run)
+    except UnsafePathError as exc:
+        p.error(str(exc))
+    # Where it writes, before any stage: a file, a read-only folder or a full disk is one line, not a
+    # traceback from the first write (the scratch folder) or after every stage has run (the report).
+    if why := folder_problem(args.scratch):
+        p.error(f"--scratch={args.scratch}: {why}; allowed: a folder that can be written")
+    if args.out.is_dir():
+        p.error(f"--out={args.out} is a folder; allowed: the report's file path (a .json file)")
+    if why := folder_problem(args.out.parent):
+        p.error(f"--out={args.out}: {why}; allowed: a file in a folder that can be written")
     return args
+
+
+def output_paths(scratch: Path | None, out: Path | None, dry_run: bool) -> tuple[Path, Path]:
+    """(scratch folder, report JSON): the ones given, else under ``<results>/rehearse/`` (``results_dir()``:
+    ``PSPO_RESULTS_DIR`` when set, as for every command); a path in the results folder is held to its link
+    rule (``no_symlink_escape``: UnsafePathError naming a link out of it)."""
+    rehearse = results_dir() / "rehearse"
+    if scratch is None:
+        scratch = rehearse / ("scratch_dry" if dry_run else "scratch")
+    if out is None:
+        out = (scratch / "rehearse.json") if dry_run else rehearse / "rehearse.json"
+    for what, path in (("--scratch", scratch), ("--out", out)):
+        no_symlink_escape(results_dir(), path, what)
+    return scratch, out
 
 
 # ---------------------------------------------------------------- child processes
@@ -237,11 +279,19 @@ def _wrap_train_modes(figures: dict[str, Any]) -> None:
 
 
 def wrap_main(argv: list[str]) -> int:
-    """``_wrap train FIGURES.json -- <train overrides>``: ``python -m pspo_repro.train`` in this process,
+    """``_wrap FIGURES.json -- <train overrides>``: ``python -m pspo_repro.train`` in this process,
     timed; the figures are written on exit (a SIGKILLed process leaves none)."""
     import runpy
 
-    figures_path, rest = Path(argv[0]), argv[argv.index("--") + 1 :]
+    if len(argv) < 2 or argv[0] in ("", "--") or argv[1] != "--":
+        print(f"rehearse.py _wrap: error: got {argv!r}; allowed: _wrap FIGURES.json -- <train overrides>",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    figures_path, rest = Path(argv[0]), argv[2:]
+    why = f"{figures_path} is a folder" if figures_path.is_dir() else folder_problem(figures_path.parent)
+    if why:
+        print(f"rehearse.py _wrap: error: FIGURES.json={figures_path}: {why}", file=sys.stderr)
+        return 2
     figures: dict[str, Any] = {}
     sys.path.insert(0, str(ROOT))
     _wrap_train_modes(figures)

@@ -22,6 +22,23 @@ fi
 if [ "${1:-}" = --print-python ]; then echo "$PY"; exit 0; fi
 stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-12)"
 if [ -f "$stamp" ]; then exit 0; fi
+# The interpreter the venv is made with: it exists, runs, is Python >= 3.11 and can make a venv; one line
+# otherwise (bash's own "No such file" / "Is a directory", exit 127 / 126, came after a half-printed line).
+allowed="allowed: a Python >= 3.11 with the venv module (PYTHON=python3.11, or unset for python3)"
+bad_python() { echo "[setup] error: PYTHON=$PY $1; $allowed" >&2; exit 2; }
+case $PY in
+  */*) py_path=$PY ;;  # a path: checked as it is
+  *) py_path=$(command -v -- "$PY" 2>/dev/null) || bad_python "is not found on PATH" ;;
+esac
+[ -d "$py_path" ] && bad_python "is a folder, not an interpreter"
+[ -e "$py_path" ] || bad_python "does not exist"
+[ -x "$py_path" ] || bad_python "is not executable"
+# Answers are read from its output, not its exit status alone (a program that is no Python may exit 0).
+py_version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || py_version=
+[[ $py_version =~ ^([0-9]+)\.([0-9]+)$ ]] || bad_python "does not run as Python"
+(( BASH_REMATCH[1] > 3 || (BASH_REMATCH[1] == 3 && BASH_REMATCH[2] >= 11) )) || bad_python "is Python $py_version"
+[ "$("$PY" -c 'import ensurepip, venv; print("venv")' 2>/dev/null)" = venv ] \
+  || bad_python "(Python $py_version) cannot make a venv: no venv or ensurepip module (Debian: apt install python3-venv)"
 echo "[setup] creating $VENV with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])') (torch 2.13.0 first, then the project with its dev extra)" >&2
 if [ "$PY" = "$SYSTEM_PY" ] && [ -z "${PYTHON:-}" ]; then
   echo "[setup] python3 ($(command -v python3)) was built without optimizations: using $SYSTEM_PY (PYTHON=python3 keeps it)" >&2

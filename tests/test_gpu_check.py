@@ -31,10 +31,17 @@ def test_real_defaults_are_the_issue_sizes(monkeypatch, tmp_path):
 
 def test_dry_run_defaults_and_explicit_values_win(monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
+    monkeypatch.delenv("PSPO_RESULTS_DIR", raising=False)
     a = gc.parse_args(["--dry-run", "--prompts", "3", "--temperatures", "0,1.0", "--legs", "eval_hf,grpo"])
     assert a.dry_run and a.model_preset == "tiny" and a.dtype == "float32"
     assert (a.prompts, a.temperatures, a.legs, a.grpo_steps) == (3, (0.0, 1.0), ("eval_hf", "grpo"), 1)
     assert a.out == ROOT / "results" / "gpu_check.json"
+
+
+def test_without_out_the_json_goes_to_the_results_root_the_commands_use(monkeypatch, tmp_path):
+    monkeypatch.delenv("OUT", raising=False)
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path))
+    assert gc.parse_args(["--dry-run"]).out == tmp_path / "gpu_check.json"
 
 
 @pytest.mark.parametrize(

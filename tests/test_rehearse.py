@@ -65,6 +65,86 @@ def test_missing_data_folder_exits_with_usage_before_anything_runs(value, tmp_pa
     assert not (tmp_path / "scratch").exists()
 
 
+@pytest.mark.parametrize("dry", [True, False])
+def test_default_folders_follow_the_results_root(dry, tmp_path, monkeypatch):
+    """PSPO_RESULTS_DIR moves the rehearsal's report and scratch folder, as it moves every command's outputs."""
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "res"))
+    args = rh.parse_args([*(["--dry-run"] if dry else []), "--big", "none"])
+    base = tmp_path / "res" / "rehearse"
+    assert args.scratch == base / ("scratch_dry" if dry else "scratch")
+    assert args.out == (args.scratch / "rehearse.json" if dry else base / "rehearse.json")
+
+
+def test_the_default_report_is_written_under_the_results_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(tmp_path / "res"))
+    r = rh.Rehearsal(rh.parse_args(["--dry-run", "--hard-s", "0", "--big", "none"]))
+    r.stage("never", [sys.executable, "-c", "raise SystemExit(3)"])
+    assert json.loads((tmp_path / "res/rehearse/scratch_dry/rehearse.json").read_text())["stages"]["never"]
+
+
+def test_a_default_folder_linked_out_of_the_results_root_is_one_usage_line(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "res"
+    results.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (results / "rehearse").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("PSPO_RESULTS_DIR", str(results))
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--dry-run", "--big", "none"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and err.startswith("rehearse.py: error: --scratch ")
+    assert f"{results / 'rehearse'} is a symlink to {tmp_path / 'elsewhere'}" in err
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+def test_a_hard_limit_that_is_no_finite_number_of_seconds_is_one_usage_line(value, tmp_path, capsys):
+    """``nan`` compared false with every time left, so no stage was ever skipped (issue 59, item 5)."""
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--dry-run", "--hard-s", value, "--scratch", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and f"--hard-s: {value!r}: allowed a finite number of seconds >= 0" in err
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("case", ["scratch_file", "out_read_only", "out_folder", "out_under_file"])
+def test_an_output_that_cannot_be_written_is_one_usage_line(case, tmp_path, monkeypatch, capsys):
+    """Issue 59, item 7: a --scratch that is a file or an --out in a read-only folder was a traceback (the
+    report's only after every stage had run)."""
+    from pspo_repro.common import output_dirs
+
+    (tmp_path / "f").write_text("x")
+    args, want = {
+        "scratch_file": (["--scratch", str(tmp_path / "f")], f"--scratch={tmp_path / 'f'}: {tmp_path / 'f'} is a file"),
+        "out_read_only": (["--out", str(tmp_path / "ro" / "r.json")], f"--out={tmp_path / 'ro' / 'r.json'}: {tmp_path / 'ro'} cannot be written"),
+        "out_folder": (["--out", str(tmp_path)], f"--out={tmp_path} is a folder; allowed: the report's file path"),
+        "out_under_file": (["--out", str(tmp_path / "f" / "r.json")], f"{tmp_path / 'f'} is a file, not a folder"),
+    }[case]  # fmt: skip
+    (tmp_path / "ro").mkdir()
+    real = os.access  # read-only as a non-root user sees a chmod 555 folder (root ignores the mode bits)
+    monkeypatch.setattr(output_dirs.os, "access", lambda p, m: Path(p) != tmp_path / "ro" and real(p, m))
+    scratch = [] if case == "scratch_file" else ["--scratch", str(tmp_path / "s")]
+    with pytest.raises(SystemExit) as exc:
+        rh.parse_args(["--dry-run", "--big", "none", *scratch, *args])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and err.startswith("rehearse.py: error: ") and want in err
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["figures.json"], ["figures.json", "x=1"], ["--", "x=1"], ["", "--"]])
+def test_wrap_with_bad_arguments_is_one_line(argv, capsys):
+    """``_wrap`` is internal, but bad arguments were an IndexError or ValueError traceback."""
+    assert rh.main(["_wrap", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and "allowed: _wrap FIGURES.json -- <train overrides>" in err
+
+
+def test_wrap_figures_in_a_folder_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert rh.main(["_wrap", str(tmp_path / "f" / "fig.json"), "--", "model=tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and f"{tmp_path / 'f'} is a file, not a folder" in err
+
+
 def test_checkpoint_facts_read_the_safetensors_header(tmp_path):
     import torch
     from safetensors.torch import save_file

@@ -1,4 +1,5 @@
-"""The error every results reader raises, and the two ways it reads the tree: a JSON object, UTF-8 names.
+"""The error every results reader raises, and the ways it reads the tree: a JSON object, UTF-8 names, and
+the files of a results tree found through links that stay inside it (``checked_files``).
 
 Shared by ``results_io`` (evaluation cells) and ``run_records`` (training runs), which import nothing of
 each other's but this.
@@ -7,8 +8,11 @@ each other's but this.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from pspo_repro.common.safe_paths import UnsafePathError
 
 
 class ResultsError(ValueError):
@@ -38,3 +42,12 @@ def utf8_names(paths: list[Path]) -> list[Path]:
                 f"{shown}: a folder or file name that is not UTF-8; rename it or move it out of the results folder"
             ) from None
     return paths
+
+
+def checked_files(files: Callable[[], list[Path]]) -> list[Path]:
+    """``files()`` (a walk of a results tree: ``cells.cell_files``, ``safe_paths.tree_files``) with UTF-8
+    names; a symlink out of the tree or a name that is not UTF-8 becomes ResultsError, one line naming it."""
+    try:
+        return utf8_names(files())
+    except UnsafePathError as exc:
+        raise ResultsError(str(exc)) from None

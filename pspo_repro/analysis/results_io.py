@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pspo_repro.analysis.cell_checks import cell_problem, location_problem
-from pspo_repro.analysis.result_files import ResultsError, read_json, utf8_names
+from pspo_repro.analysis.result_files import ResultsError, checked_files, read_json, utf8_names
 from pspo_repro.analysis.run_records import run_dirs as run_dirs  # re-exported: aggregate reads it here
 from pspo_repro.evaluation.cells import cell_files, completions_path, read_completions
 
@@ -46,8 +46,8 @@ _read_json, _utf8_names = read_json, utf8_names  # the names this module's reade
 
 def eval_files(root: Path) -> list[Path]:
     """Evaluation cell files under ``root/eval`` (sorted, so every output is deterministic); ResultsError
-    when a name on the way is not UTF-8."""
-    return _utf8_names(cell_files(root / "eval"))
+    when a name on the way is not UTF-8 or a symlink on the way leads out of ``root``."""
+    return checked_files(lambda: cell_files(root / "eval"))
 
 
 def _counts(cell: dict[str, Any], field: str, metric: str, path: Path) -> tuple[int, int]:

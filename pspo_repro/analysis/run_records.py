@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pspo_repro.analysis.result_files import ResultsError, utf8_names
+from pspo_repro.analysis.result_files import ResultsError, checked_files
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.run_folder import RunFolder, run_json
+from pspo_repro.common.safe_paths import tree_files
 
 RUN_STATUSES = ("running", "finished", "failed")
 RUN_DIR_RE = re.compile(r"^seed(?P<seed>\d+)(?:-(?P<tag>.+))?$")
@@ -81,8 +82,8 @@ class RunRecord:
 
 def run_dirs(root: Path) -> list[Path]:
     """Training run folders under ``root/runs``: those holding a ``metrics.jsonl``; ResultsError when a
-    name on the way is not UTF-8."""
-    return utf8_names(sorted(p.parent for p in (root / "runs").glob("**/metrics.jsonl") if p.is_file()))
+    name on the way is not UTF-8 or a symlink on the way leads out of ``root`` (``safe_paths.tree_files``)."""
+    return checked_files(lambda: sorted(p.parent for p in tree_files(root, root / "runs", "metrics.jsonl")))
 
 
 def registered_methods() -> list[str]:

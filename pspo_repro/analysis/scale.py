@@ -34,6 +34,7 @@ from pspo_repro.analysis.stats import Interval, holm
 from pspo_repro.common.atomic import write_set
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.redact import redact_files
+from pspo_repro.common.safe_paths import no_symlink_escape
 
 SPEC = CONF_DIR / "claims" / "scale.yaml"
 OUTPUTS = ("scale.md", "scale.csv", "scale.png")
@@ -99,14 +100,33 @@ def habit_rate(rec: Records) -> float:
     return hits / n if n else math.nan
 
 
+# What claim 13 reads from each rung, by measurement id: the claim of conf/claims/scale.yaml that measures it.
+CLAIM13_MEASURES = {KEY_DIFF: "pspo_beats_clip", PRESERVE_DIFF: "knowledge_preservation"}
+
+
+def check_claim13_measures(spec: Path, checked: dict[str, Any]) -> None:
+    """ValueError in one line when no claim of ``spec`` measures one of ``CLAIM13_MEASURES`` (claim 13's
+    slope and pair are built from them: without, the table failed with a traceback after every rung's
+    records were read)."""
+    have = {m["id"] for claim in checked["claims"] for m in claim.get("measure") or []}
+    missing = [f"{mid} (claim {claim})" for mid, claim in CLAIM13_MEASURES.items() if mid not in have]
+    if missing:
+        raise ValueError(
+            f"{spec}: claim 13 needs the measurement(s) {', '.join(missing)}, which no claim there measures; "
+            f"allowed: a spec whose claims measure {' and '.join(CLAIM13_MEASURES)} (conf/claims/scale.yaml's)"
+        )
+
+
 def read_ladder(root: Path, ladder: list[dict[str, Any]], spec: Path = SPEC) -> list[Rung]:
     """Each base's records (``<root>/<name>``) with conf/claims/scale.yaml's claims measured on them; ``ladder``
     gives each base's ``name``, ``params`` (its SFT model's parameter count, from the ladder's pipeline:
     ``pipelines.ladder.ladder_spec``), ``general_of`` and ``sft`` mix."""
     checked = read_spec(spec)
+    check_claim13_measures(spec, checked)
     # The ladder's shape first (folders, distinct sizes): a bad one is refused before any record is read.
     names = [str(b["name"]) for b in ladder]
     for name in names:
+        no_symlink_escape(root, root / name, f"rung {name}", action="read")  # the tree's one link rule
         if not (root / name).is_dir():
             raise ValueError(f"rung {name}: no results folder {root / name} (run its pipeline: make scale)")
     params = [int(b["params"]) for b in ladder]

@@ -275,10 +275,15 @@ def run_command(
     except UsageError as exc:
         err: str | None = str(exc)
     else:
+        # A structured command's few keys are given once (no layer of defaults is overridden): a repeat
+        # would silently take the last value.
+        err = repeated_key_error(args) if structured else None
         hydra_args = [*STRUCTURED_HYDRA, *args] if structured else args
         # A structured command keeps no Hydra log of its command line (output_subdir null), and its outputs
         # are redacted, so a credential's value there reaches no file: only the yaml commands refuse it.
-        err = override_error(config_dir, config_name, hydra_args, full=compose_check, secrets=not structured)
+        err = err or override_error(
+            config_dir, config_name, hydra_args, full=compose_check, secrets=not structured
+        )
         err = err or (env_folders_problem(output_folders) if output_folders else None)
     if err:
         if exit_on_error:
@@ -301,6 +306,20 @@ def run_command(
     finally:
         sys.argv = saved
     return status[0] or 0
+
+
+def repeated_key_error(args: list[str]) -> str | None:
+    """The one line naming a key that ``args`` (``key=value`` overrides) give twice, else None; flags
+    (``-m``, ``--cfg``) are not keys."""
+    seen: dict[str, str] = {}
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if key in seen:
+            return f"{key} given twice ({seen[key]!r}, then {arg!r}): give each setting once"
+        seen[key] = arg
+    return None
 
 
 def required_error(cfg: Any, keys: tuple[str, ...]) -> str | None:

@@ -6,12 +6,15 @@ is one plain folder name (no separator, no ``.``/``..``, no control or non-ASCII
 does not hold a credential's value; ``results_path`` joins checked names under a root and proves the result
 lies under it, both as written (after ``.``/``..`` normalisation) and after following symlinks: a link inside
 results/ (``results/eval -> /elsewhere``) is written through only when it points back into the results folder
-or into the folder ``PSPO_RESULTS_DIR`` names (``no_symlink_escape``). File names a command derives from its
-options (``paired_<a>_vs_<b>_<metric>.md``) pass ``check_file_name``. No torch imports.
+or into the folder ``PSPO_RESULTS_DIR`` names (``no_symlink_escape``); readers walk a results tree only
+through ``tree_files``, which holds every link it meets to the same rule (docs/reliability.md, "One rule for
+links"). File names a command derives from its options (``paired_<a>_vs_<b>_<metric>.md``) pass
+``check_file_name``. No torch imports.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from pathlib import Path
@@ -78,11 +81,16 @@ def _allowed_roots(top: str | os.PathLike) -> list[Path]:
     return roots
 
 
-def no_symlink_escape(top: str | os.PathLike, path: str | os.PathLike, what: str = "") -> Path:
+def no_symlink_escape(
+    top: str | os.PathLike, path: str | os.PathLike, what: str = "", action: str = "write"
+) -> Path:
     """``path`` unchanged when, after following every symlink on it (``Path.resolve``; parts that do not
     exist yet are taken as written), it still lies in ``top`` or in ``PSPO_RESULTS_DIR``; else
     UnsafePathError naming the link that leads out. Only paths that lie under ``top`` as written are
-    checked: a folder the user names elsewhere (``out_dir=/tmp/x``) is theirs."""
+    checked: a folder the user names elsewhere (``out_dir=/tmp/x``) is theirs. The one link rule of a
+    results tree, for writers (``action="write"``) and readers (``"read"``, through ``tree_files``) alike."""
+    if action not in ("write", "read"):
+        raise ValueError(f"action={action!r}: allowed write, read")
     top_abs = Path(os.path.normpath(os.path.abspath(top)))
     p = Path(os.path.normpath(os.path.abspath(path)))
     if not p.is_relative_to(top_abs):
@@ -101,10 +109,55 @@ def no_symlink_escape(top: str | os.PathLike, path: str | os.PathLike, what: str
             link = cur
             break
     prefix = f"{what} " if what else ""
-    raise UnsafePathError(
-        f"{prefix}{path}: {link} is a symlink to {link.resolve()}, outside the results folder {roots[0]}: "
-        "refusing to write through it (remove the link, or set PSPO_RESULTS_DIR to the folder to write into)"
+    hint = (
+        "remove the link, or set PSPO_RESULTS_DIR to the folder to write into"
+        if action == "write"
+        else "a results tree is read only inside itself: move the target in, or remove the link"
     )
+    where = f"{prefix}{path}: " if link != p else prefix  # the link itself: named once
+    raise UnsafePathError(
+        f"{where}{link} is a symlink to {link.resolve()}, outside the results folder {roots[0]}: "
+        f"refusing to {action} through it ({hint})"
+    )
+
+
+def tree_files(top: str | os.PathLike, folder: str | os.PathLike, pattern: str) -> list[Path]:
+    """The files named like ``pattern`` (``fnmatch``: ``*.json``) anywhere under ``folder``, a folder of the
+    results tree ``top``, sorted, as paths written through the tree: the one walk of every results reader.
+
+    Every symlink met (``folder`` itself or a link above it inside ``top``, a folder or a file below) is
+    held to ``no_symlink_escape(top, link, action="read")``: one that stays in the tree is followed, one
+    whose target lies outside is refused (UnsafePathError naming the link), never passed over, so a linked
+    method or seed folder cannot drop out of a table unseen. A link back to a folder that holds it (a loop)
+    is refused too. A ``folder`` that does not exist holds no files."""
+    folder = Path(folder)
+    no_symlink_escape(top, folder, action="read")
+    if not folder.is_dir():
+        return []
+    found: list[Path] = []
+
+    def walk(here: Path, above: frozenset[Path]) -> None:
+        try:
+            with os.scandir(here) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:  # an unreadable folder would drop its records from a table unseen
+            raise UnsafePathError(f"{here}: cannot be read ({exc.strerror or exc})") from None
+        for entry in listed:
+            path = Path(entry.path)
+            if entry.is_symlink():
+                no_symlink_escape(top, path, action="read")
+            if entry.is_dir():  # through a link that stays inside
+                real = path.resolve()
+                if real in above:
+                    raise UnsafePathError(
+                        f"{path} is a symlink to {real}, a folder that holds it: a loop in the results tree"
+                    )
+                walk(path, above | {real})
+            elif entry.is_file() and fnmatch.fnmatchcase(entry.name, pattern):
+                found.append(path)
+
+    walk(folder, frozenset({folder.resolve()}))
+    return sorted(found)
 
 
 FILE_NAME_RULE = "1-200 characters from A-Z a-z 0-9 _ . + - @ starting with a letter or digit"

@@ -20,7 +20,7 @@ from typing import Any
 
 from pspo_repro.common.atomic import atomic_open
 from pspo_repro.common.paths import results_dir
-from pspo_repro.common.safe_paths import results_path, seed_folder
+from pspo_repro.common.safe_paths import results_path, seed_folder, tree_files
 from pspo_repro.data.problems import Problem
 
 log = logging.getLogger("pspo_repro.evaluation.evaluator")
@@ -43,7 +43,7 @@ LIST_GRADER_VERSION = 4
 COMPLETIONS_SUFFIX = ".completions.jsonl.gz"
 # The cell files under an ``eval/`` folder: every JSON there is read as a cell (shards and completions are
 # .jsonl), so a stray or misnamed file is refused by the readers, never passed over.
-CELL_GLOB = "**/*.json"
+CELL_PATTERN = "*.json"
 
 
 def grader_version(problems: list[Problem]) -> int:
@@ -89,8 +89,9 @@ def completions_path(cell_file: str | Path) -> Path:
 
 
 def cell_files(eval_root: Path) -> list[Path]:
-    """The final cell files under ``eval_root`` (an ``eval/`` folder), sorted."""
-    return sorted(p for p in eval_root.glob(CELL_GLOB) if p.is_file()) if eval_root.is_dir() else []
+    """The final cell files under ``eval_root`` (the ``eval/`` folder of a results tree), sorted; a symlink
+    out of that tree on the way is refused (``safe_paths.tree_files``: UnsafePathError naming it)."""
+    return tree_files(eval_root.parent, eval_root, CELL_PATTERN)
 
 
 def rows_sha256(problems: list[Problem]) -> str:

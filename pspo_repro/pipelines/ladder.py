@@ -9,7 +9,9 @@ ladder's tables, figure and claim-13 verdict from every rung's records.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.atomic import write_json
 from pspo_repro.common.cli import run_command
 from pspo_repro.common.paths import CONF_DIR, results_dir
-from pspo_repro.common.safe_paths import UnsafePathError, check_name
+from pspo_repro.common.safe_paths import UnsafePathError, check_name, no_symlink_escape
 from pspo_repro.pipelines.markers import read_record
 
 
@@ -51,13 +53,16 @@ def bases(cfg: DictConfig) -> list[Base]:
     if not OmegaConf.is_list(rungs) or len(rungs) < 2:
         raise ScaleError(f"rungs must be a list of at least 2 {{name, arch}} entries, got {rungs!r}")
     out: list[Base] = []
-    for r in rungs:
+    for i, r in enumerate(rungs):
+        if not OmegaConf.is_dict(r):
+            raise ScaleError(f"rungs[{i}] must be a mapping {{name, arch}}, got {r!r}")
         arch = r.get("arch")
         if arch is None or not OmegaConf.is_dict(arch):
             raise ScaleError(
                 f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}"
             )
-        out.append(Base(str(r.get("name")), OmegaConf.to_container(arch)))
+        name = _name(f"rungs[{i}].name", r.get("name"))
+        out.append(Base(name, _checked_arch(name, OmegaConf.to_container(arch))))
     _check_names([b.name for b in out])
     spec = cfg.get("specialisation")
     if spec:
@@ -67,18 +72,74 @@ def bases(cfg: DictConfig) -> list[Base]:
                 f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}"
             )
         sft = OmegaConf.to_container(spec.get("sft") or {})
-        allowed = {"data.n_train", "data.heldout_n_train", "data.habit_frac"}
-        if not sft or set(sft) - allowed:
+        if not sft or set(sft) - set(SFT_MIX):
             raise ScaleError(
-                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}"
+                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(SFT_MIX))}"
             )
-        out.append(Base(str(spec.get("name")), by_name[str(spec.rung)].arch, sft, str(spec.rung)))
+        for key, value in sft.items():
+            ok, allowed = SFT_MIX[key]
+            if not ok(value):
+                raise ScaleError(f"specialisation.sft.{key}={value!r}: allowed {allowed}")
+        name = _name("specialisation.name", spec.get("name"))
+        out.append(Base(name, by_name[str(spec.rung)].arch, sft, str(spec.rung)))
         _check_names([b.name for b in out])
     names = [b.name for b in out]
     only = cfg.get("only")
     if only is not None and (not OmegaConf.is_list(only) or set(map(str, only)) - set(names)):
         raise ScaleError(f"only={only!r}: a list of base names among {', '.join(names)}")
     return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# The specialisation's SFT mix: the keys it may set, each with its rule (a row count, a share).
+SFT_MIX: dict[str, tuple[Any, str]] = {
+    "data.n_train": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (rows of the rewarded task)"),
+    "data.heldout_n_train": (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (rows of the held-out skill)"),
+    "data.habit_frac": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1,
+        "a number in [0, 1]",
+    ),
+}
+
+
+# The Qwen2Config fields a rung's arch may set that are sizes or counts (integers >= 1); any other field
+# takes a number, true/false or a plain word (hidden_act: silu).
+ARCH_INT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                   "num_key_value_heads", "head_dim", "max_position_embeddings", "max_window_layers",
+                   "sliding_window")  # fmt: skip
+_ARCH_KEY = re.compile(r"[a-z][a-z0-9_]*")
+_ARCH_WORD = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+
+
+def _checked_arch(rung: str, arch: dict[str, Any]) -> dict[str, Any]:
+    """``arch`` when every field is a plain name and every value what the field takes, else ScaleError
+    naming the field (``hidden_size=64.5`` or ``sixty`` used to fail with a traceback)."""
+    for key, value in arch.items():
+        if not isinstance(key, str) or not _ARCH_KEY.fullmatch(key):
+            raise ScaleError(f"rung {rung!r}: arch field {key!r} is not a Qwen2Config field name")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if key in ARCH_INT_FIELDS:
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ScaleError(f"rung {rung!r}: arch.{key}={value!r}: allowed an integer >= 1")
+        elif not (
+            isinstance(value, bool)
+            or (number and math.isfinite(value))
+            or (isinstance(value, str) and _ARCH_WORD.fullmatch(value))
+        ):
+            raise ScaleError(
+                f"rung {rung!r}: arch.{key}={value!r}: allowed a finite number, true/false or a plain word"
+            )
+    return arch
+
+
+def _name(where: str, value: Any) -> str:
+    """A base's ``name`` as given; ScaleError when it is missing (``str(None)`` would name the folder ``None``)."""
+    if value is None or value == "":
+        raise ScaleError(f"{where} is required: each base names its folder under the ladder's root")
+    return str(value)
 
 
 def _check_names(names: list[str]) -> None:
@@ -124,6 +185,11 @@ def run_ladder(cfg: DictConfig) -> dict[str, Any]:
     ladder = bases(cfg)
     root = scale_root(cfg)
     only = only_rungs(cfg)
+    for base in ladder:  # a rung folder linked out of the root: its pipeline would write there
+        try:
+            no_symlink_escape(root, root / base.name, f"rung {base.name}")
+        except UnsafePathError as exc:
+            raise ScaleError(str(exc)) from None
     timings_path = root / "timings.json"
     previous = (read_record(timings_path) or {}).get("rungs", {})
     timings: dict[str, Any] = {"rungs": previous if isinstance(previous, dict) else {}}

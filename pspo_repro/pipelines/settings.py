@@ -56,9 +56,52 @@ def check_settings(cfg: DictConfig) -> list[str]:
     except UnsafePathError as exc:
         raise SettingsError(str(exc)) from None
     check_output_folders(cfg)
+    check_groups(cfg)
     check_table_settings(cfg)
     check_record_paths(pipeline_root(cfg))
     return wanted
+
+
+def _same(value: str) -> str | float:
+    """What makes two sweep entries one run: numbers by value (``1e-4`` is ``0.0001``, one run folder)."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _listed_twice(where: str, values: list[Any]) -> None:
+    """SettingsError naming the first entry of ``values`` given twice (each would run, or count, twice)."""
+    seen: dict[Any, Any] = {}
+    for v in values:
+        key = _same(str(v))
+        if key in seen:
+            shown = f"{v!r}" if str(seen[key]) == str(v) else f"{seen[key]!r} and {v!r}"
+            raise SettingsError(f"{where} lists {shown} twice: give each value once")
+        seen[key] = v
+
+
+def check_groups(cfg: DictConfig) -> None:
+    """Each rl group's sweep values, seeds and selection values listed once, and a ``select`` group's
+    selection seeds disjoint from the seeds it reports (a run that chose its learning rate would be counted
+    as a test of it), else SettingsError in one line."""
+    from pspo_repro.pipelines.grid import group_seeds
+
+    _listed_twice("rl.seeds", list(cfg.rl.get("seeds") or []))
+    for i, group in enumerate(cfg.rl.groups):
+        for key, value in (group.get("sweep") or {}).items():
+            _listed_twice(f"rl.groups[{i}].sweep.{key}", sweep_values(value))
+        _listed_twice(f"rl.groups[{i}].seeds", list(group.get("seeds") or []))
+        sel = group.get("select")
+        if not sel:
+            continue
+        _listed_twice(f"rl.groups[{i}].select.values", sweep_values(sel.get("values")))
+        shared = sorted({int(s) for s in sel.get("seeds") or []} & set(group_seeds(cfg, group)))
+        if shared:
+            raise SettingsError(
+                f"rl.groups[{i}] ({group.get('name')}): select.seeds {list(sel.seeds)} and the seeds it reports "
+                f"{group_seeds(cfg, group)} share {shared}: a selection seed cannot be a reported seed"
+            )
 
 
 LEADERBOARD_KEYS = ("tag", "offpolicy_tag")

@@ -171,3 +171,23 @@ def test_committed_ladder_regenerates(tmp_path):
     scale.write(root, tmp_path, spec)
     assert (tmp_path / "scale.md").read_text() == (root / "scale.md").read_text()
     assert_csv_matches((tmp_path / "scale.csv").read_text(), (root / "scale.csv").read_text(), "scale.csv")
+
+
+def test_a_spec_without_claim_13s_measurements_is_one_line_before_any_record(tmp_path, monkeypatch):
+    """Issue 59, item 7: conf/claims/scale.yaml without ``pspo_beats_clip`` failed with a traceback (None has
+    no ``seeds``) after every rung's records were read."""
+    import yaml
+
+    spec = yaml.safe_load(scale.SPEC.read_text())
+    spec["claims"] = [c for c in spec["claims"] if c["id"] != "pspo_beats_clip"]
+    path = tmp_path / "scale.yaml"
+    path.write_text(yaml.safe_dump(spec))
+
+    def read(folder):
+        raise AssertionError(f"records of {folder} read before the spec was checked")
+
+    monkeypatch.setattr(scale.Records, "read", staticmethod(read))
+    with pytest.raises(ValueError) as err:
+        scale.read_ladder(tmp_path, [{"name": "a", "arch": {}, "params": 1}], spec=path)
+    assert str(err.value).splitlines() == [str(err.value)]
+    assert f"{path}: claim 13 needs the measurement(s) d_true (claim pspo_beats_clip)" in str(err.value)

@@ -40,3 +40,24 @@ def test_the_check_sees_a_main_without_run_command(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def main():\n    return 0\n")
     assert not _main_calls_run_command(module)
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        ("pspo_repro.analysis.leaderboard", ["tag=a", "tag=b"]),
+        ("pspo_repro.analysis.leaderboard", ["offpolicy_tag=x", "+offpolicy_tag=y"]),
+        ("pspo_repro.analysis.regime", ["tag=a", "tag="]),
+        ("pspo_repro.analysis.claims_report", ["spec=a.yaml", "spec=b.yaml"]),
+    ],
+)
+def test_a_table_commands_key_given_twice_is_one_line(module, args, tmp_path, capsys):
+    """Issue 59, item 5: the last value used to win without a word (a leaderboard ``tag`` given twice)."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    assert main([f"results_dir={tmp_path}", f"out_dir={tmp_path / 'out'}", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    key = args[0].split("=")[0]
+    assert err.splitlines() == [err] and err.startswith(f"error: {key} given twice")
+    assert not (tmp_path / "out").exists()

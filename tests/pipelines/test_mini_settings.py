@@ -94,3 +94,26 @@ def test_a_bad_claims_spec_is_refused_before_anything_runs(tmp_path):
     why = str(err.value)
     assert f"{spec}:" in why and "claim 'gradient_preservation': verdict.tolerance must be a number" in why
     assert "\n" not in str(err.value) and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "override", "message"),
+    [
+        ("mini", "rl.groups.0.sweep.method='clip,pspo,clip'", "rl.groups[0].sweep.method lists 'clip' twice"),
+        ("scale_rung", "rl.groups.0.sweep={method: clip, trainer.learning_rate: '1e-4,0.0001'}",
+         "rl.groups[0].sweep.trainer.learning_rate lists '1e-4' and '0.0001' twice"),
+        ("mini", "rl.seeds=[0,1,0]", "rl.seeds lists 0 twice"),
+        ("mini", "rl.groups.4.seeds=[1,1]", "rl.groups[4].seeds lists 1 twice"),
+        ("scale_rung", "rl.groups.5.select.values='1e-4,3e-4,3e-4'", "rl.groups[5].select.values lists '3e-4' twice"),
+        # issue 59, item 5: the ladder's selection seed (100) reused as a reported seed
+        ("scale_rung", "rl.seeds=[0,1,100]",
+         "rl.groups[5] (tuned): select.seeds [100] and the seeds it reports [0, 1, 100] share [100]"),
+    ],
+)  # fmt: skip
+def test_a_value_listed_twice_or_a_selection_seed_reported_is_refused(tmp_path, pipeline, override, message):
+    """The settings check (run_pipeline's first step, before any stage: the tests above) refuses them."""
+    cfg = _compose([f"pipeline={pipeline}", f"root={tmp_path / 'r'}", override])
+    with pytest.raises(pipeline_settings.SettingsError) as err:
+        pipeline_settings.check_settings(cfg)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "r").exists()

@@ -89,11 +89,65 @@ def test_every_rl_run_of_the_ladder_trains_under_bf16_autocast():
         ("rungs=[{name: a}, {name: b, arch: {}}]", "rung 'a': arch must be a mapping"),
         ("specialisation.rung=nope", "specialisation.rung='nope': not a rung"),
         ("only=[h64_l2,nope]", "only="),
+        # issue 59, item 7: an arch value a field cannot take (they used to fail with a traceback)
+        (
+            "rungs=[{name: a, arch: {hidden_size: 64.5}}, {name: b, arch: {}}]",
+            "rung 'a': arch.hidden_size=64.5: allowed an integer >= 1",
+        ),
+        (
+            "rungs=[{name: a, arch: {hidden_size: sixty}}, {name: b, arch: {}}]",
+            "rung 'a': arch.hidden_size='sixty': allowed an integer >= 1",
+        ),
+        (
+            "rungs=[{name: a, arch: {num_hidden_layers: true}}, {name: b, arch: {}}]",
+            "arch.num_hidden_layers=True: allowed an integer >= 1",
+        ),
+        (
+            "rungs=[{name: a, arch: {hidden_size: 0}}, {name: b, arch: {}}]",
+            "arch.hidden_size=0: allowed an integer >= 1",
+        ),
+        (
+            """rungs=[{name: a, arch: {hidden_act: "silu','out_dir=/x'"}}, {name: b, arch: {}}]""",
+            "arch.hidden_act=\"silu','out_dir=/x'\": allowed a finite number, true/false or a plain word",
+        ),
+        (
+            "rungs=[{name: a, arch: {rope_theta: nan}}, {name: b, arch: {}}]",
+            "arch.rope_theta=nan: allowed a finite number",
+        ),
+        # issue 59, item 5: names present, counts > 0
+        ("rungs=[{arch: {}}, {name: b, arch: {}}]", "rungs[0].name is required"),
+        ("rungs=[{name: null, arch: {}}, {name: b, arch: {}}]", "rungs[0].name is required"),
+        ("rungs=[5, {name: b, arch: {}}]", "rungs[0] must be a mapping {name, arch}, got 5"),
+        ("specialisation.name=null", "specialisation.name is required"),
+        (
+            "specialisation.sft={data.n_train: -5}",
+            "specialisation.sft.data.n_train=-5: allowed an integer >= 1",
+        ),
+        (
+            "specialisation.sft={data.heldout_n_train: -1}",
+            "specialisation.sft.data.heldout_n_train=-1: allowed an integer >= 0",
+        ),
+        (
+            "specialisation.sft={data.n_train: 2.5}",
+            "specialisation.sft.data.n_train=2.5: allowed an integer >= 1",
+        ),
     ],
 )
 def test_bad_settings(override, message):
     with pytest.raises(ladder_pipeline.ScaleError, match=message.replace("[", r"\[").replace("(", r"\(")):
         ladder_pipeline.bases(_compose([override]))
+
+
+def test_a_habit_share_outside_zero_to_one_is_refused():
+    from omegaconf import open_dict
+
+    cfg = _compose()
+    with open_dict(cfg):
+        cfg.specialisation.sft = {"data.habit_frac": 1.5}
+    with pytest.raises(
+        ladder_pipeline.ScaleError, match=r"data.habit_frac=1.5: allowed a number in \[0, 1\]"
+    ):
+        ladder_pipeline.bases(cfg)
 
 
 def test_specialisation_changes_the_mix_only():
