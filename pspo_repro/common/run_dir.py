@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json, write_text
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import check_name, results_path, seed_folder
 
@@ -79,8 +80,11 @@ def reward_tag(cfg: DictConfig) -> str:
         return ""
     path = CONF_DIR / "reward" / f"{name}.yaml"
     if not path.is_file():
-        options = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise ValueError(f"data.default_reward {name!r} is not a reward config; options: {options}")
+        options = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(
+            f"data.default_reward {name!r} is not a reward config; {did_you_mean(name, options)}"
+            f"options: {', '.join(options)}"
+        )
     funcs, weights = _reward_of(cfg.reward)
     if (funcs, weights) == _reward_of(OmegaConf.load(path)):
         return ""

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pspo_repro.common.cli import check_number
+from pspo_repro.common.names import did_you_mean, did_you_mean_after
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.data.datasets import get_spec
 from pspo_repro.evaluation.cells import cell_name
@@ -48,7 +49,9 @@ ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # or null: transformers' default
 def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     """``value`` must be one of ``allowed`` (a one-line EvalError naming the key, the value and the list)."""
     if not isinstance(value, str) or value not in allowed:
-        raise EvalError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+        raise EvalError(
+            f"{key} must be one of {', '.join(allowed)}, got {value!r}{did_you_mean_after(value, allowed)}"
+        )
 
 
 def validate(cfg: Any) -> tuple[list[str], list[float]]:
@@ -105,7 +108,8 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
 
     if str(cfg.prompt_template) not in TEMPLATES:
         raise EvalError(
-            f"unknown prompt_template {cfg.prompt_template!r}; allowed: {', '.join(sorted(TEMPLATES))}"
+            f"unknown prompt_template {cfg.prompt_template!r}; {did_you_mean(str(cfg.prompt_template), TEMPLATES)}"
+            f"allowed: {', '.join(sorted(TEMPLATES))}"
         )
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
@@ -124,7 +128,9 @@ def _precheck_argv(argv: list[str]) -> None:
             name = arg.split("=", 1)[1]
             if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
                 allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
-                raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
+                raise EvalError(
+                    f"unknown eval config {name!r}; {did_you_mean(name, allowed)}allowed: {', '.join(allowed)}"
+                )
 
 
 def numerics_of(cfg: Any) -> dict[str, str]:
