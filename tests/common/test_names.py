@@ -13,6 +13,7 @@ def test_a_typo_gets_the_closest_name():
 
 def test_nothing_close_or_not_text_gives_no_hint():
     assert closest("zzzzzz", METHODS) is None
+    assert closest("nope", METHODS) is None  # not a typo of noclip (ratio 0.6)
     assert did_you_mean("zzzzzz", METHODS) == "" and did_you_mean_after("zzzzzz", METHODS) == ""
     assert did_you_mean(3, ["3", "4"]) == ""  # a number is not a misspelt name
 
