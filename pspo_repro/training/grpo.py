@@ -39,6 +39,7 @@ from pspo_repro.training.settings import (  # the settings checks: their own mod
     lr_token_budget,
     validate,
 )
+from pspo_repro.training.tracking import tracker_run
 
 log = logging.getLogger("pspo_repro.train")
 # A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
@@ -117,6 +118,8 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
         metric_for_best_model="eval_reward" if do_eval else None,
         greater_is_better=True if do_eval else None,
         report_to=["wandb"] if cfg.logger.name == "wandb" else [],
+        # the project the logged config names (TrainingArguments' own default is "huggingface")
+        **({"project": str(cfg.logger.project)} if cfg.logger.get("project") else {}),
         # TRL's own correction stays off: the trainer's rollout correction computes it (effective_rollout_correction)
         vllm_importance_sampling_correction=False,
     )
@@ -187,16 +190,6 @@ def _prepare(cfg: DictConfig, folder: Path, method) -> tuple[Any, Any, bool]:
             f"TRL's GRPOConfig refused the trainer settings: {first_line(exc) or type(exc).__name__}"
         ) from None
     return tokenizer, args, use_cuda
-
-
-def _setup_logger(cfg: DictConfig, folder: Path) -> None:
-    if cfg.logger.name != "wandb":
-        return
-    os.environ.setdefault("WANDB_MODE", cfg.logger.mode or "offline")
-    os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
-    if cfg.logger.get("entity"):
-        os.environ.setdefault("WANDB_ENTITY", cfg.logger.entity)
-    os.environ["WANDB_DIR"] = str(folder)
 
 
 def is_main_process() -> bool:
@@ -290,7 +283,8 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         # Killed after the budget's final checkpoint but before run.json said finished: training again
         # would add a step past the budget. The checkpoint's trainer state is the run's end.
         return _finish_from_checkpoint(plan.folder, spent, record, main_process)
-    _setup_logger(cfg, plan.folder)
+    # one wandb run per job, finished when the job ends (the ExitStack closes it before the lock)
+    locks.enter_context(tracker_run(cfg, plan.folder, args.run_name, main_process))
 
     trainer, nonfinite, budget, stopper = _build_trainer(
         cfg, plan, tokenizer, args, use_cuda, train_ds, eval_ds
