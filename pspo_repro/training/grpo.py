@@ -37,6 +37,7 @@ from pspo_repro.training.config_transforms import apply_per_method, apply_run_le
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
     lr_token_budget,
+    user_data_args,
     validate,
 )
 from pspo_repro.training.tracking import tracker_run
@@ -47,14 +48,23 @@ WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, 
 
 
 def load_data(cfg: DictConfig):
-    """Training and validation problems (validation cut to ``trainer.eval_limit``)."""
+    """Training and validation problems (validation cut to ``trainer.eval_limit``): a registry set, or a
+    user's (``data.source``: ``data.user_sets``)."""
     from pspo_repro.data import datasets as data
+    from pspo_repro.data import user_sets
 
     try:
-        train, val = data.load_train_val(
-            cfg.data.name, cfg.seed, n_train=cfg.data.n_train, n_val=cfg.data.get("n_val")
-        )
-    except ValueError as exc:  # DataError: names the file tried and PSPO_DATA_DIR
+        if "source" in cfg.data.keys():
+            user = user_sets.UserSet.from_config(cfg.data, "data", cfg.data.get("split") or "train")
+            problems = user_sets.load_user_problems(user, "data")
+            train, val = user_sets.train_val(
+                problems, cfg.seed, cfg.data.get("n_train"), cfg.data.get("n_val"), user.source
+            )
+        else:
+            train, val = data.load_train_val(
+                cfg.data.name, cfg.seed, n_train=cfg.data.n_train, n_val=cfg.data.get("n_val")
+            )
+    except ValueError as exc:  # DataError: names the file tried (and PSPO_DATA_DIR), the row, the column
         raise UsageError(str(exc)) from None
     limit = cfg.trainer.get("eval_limit")
     return train, (val[:limit] if limit else val)
@@ -538,7 +548,9 @@ def _task(cfg: DictConfig) -> None:
 
 
 def _checked_groups(argv: list[str]) -> list[str]:
-    """``argv`` once its ``group=choice`` names are known ones (UsageError listing the options otherwise)."""
+    """``argv`` with ``data=<file|folder|hub id>`` read as a user set (``user_data_args``), once its
+    ``group=choice`` names are known ones (UsageError listing the options otherwise)."""
+    argv = user_data_args(argv)
     check_group_choices(argv)
     return argv
 

@@ -81,6 +81,25 @@ def check_group_choices(argv: list[str]) -> None:
                 )
 
 
+def user_data_args(argv: list[str]) -> list[str]:
+    """``data=<source>`` -> ``data=user data.source=<source>`` where the value is no ``conf/data`` config but
+    names a file, a dataset folder or a hub id (``user_sets.looks_like_source``): a researcher names their
+    set as TRL does, and conf/data/user.yaml holds its column map and answer kind."""
+    from pspo_repro.data.user_sets import looks_like_source
+
+    options = group_options("data", searchpath_dirs(argv))
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key == "data" and value not in options and looks_like_source(value):
+            if "'" in value or "," in value:  # Hydra would read a quote or a comma as syntax (a sweep)
+                raise UsageError(f"data={value}: a source's name may not hold a quote or a comma")
+            out += ["data=user", f"data.source='{value}'"]
+        else:
+            out.append(arg)
+    return out
+
+
 def lr_token_budget(t: DictConfig) -> int | None:
     """The token count at which the learning rate reaches 0 (``lr_horizon=run`` with a budget), else None
     (HF's own schedule over max_steps / num_train_epochs)."""
@@ -133,9 +152,13 @@ def validate(cfg: DictConfig):
     if weights is not None and len(weights) != len(funcs):
         raise UsageError(f"reward.weights has {len(weights)} entries for {len(funcs)} reward.funcs")
     from pspo_repro.data import datasets as data
+    from pspo_repro.data.user_sets import UserSet
 
     try:
-        data.get_spec(cfg.data.name)
+        if "source" in cfg.data.keys():  # a user's set: its name (the folder tag) settled here
+            cfg.data.name = UserSet.from_config(cfg.data, "data", cfg.data.get("split") or "train").name
+        else:
+            data.get_spec(cfg.data.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     t = cfg.trainer
