@@ -455,6 +455,17 @@ def _spec_case(old: str = "", new: str = "", *, raw: bytes | None = None):
     return setup
 
 
+def _user_set(text: str):
+    """A case with a user's own data file ``{TMP}/mine.jsonl`` holding ``text`` (issue 58, item 1)."""
+
+    def setup(tmp, results, tiny):
+        (tmp / "mine.jsonl").write_text(text)
+        return {}
+
+    return setup
+
+
+_USER_ROWS = '{"q": "What is 1 plus 1?", "a": "2"}\n{"q": "What is 2 plus 5?", "a": "seven"}\n'
 _CLAIMS_ARGS = ["results_dir={RESULTS}", "out_dir={TMP}/claims_out", "spec={SPEC}"]
 _TUNING = "tuning:\n  lr: {from_tag: tune, to_tag: tuned, key: trainer.learning_rate, values: [1.0e-4], seeds: [100]}\n"
 
@@ -506,6 +517,13 @@ CASES = [
     ("eval-unknown-eval", "evaluate", ["model=tiny", "eval=nope"], None, None, ["'nope'", "allowed:", "gsm8k"]),
     ("eval-unknown-dataset", "evaluate", ["model=tiny", "eval.datasets=[nope]"], None, None, ["'nope'", "allowed:", "svamp"]),
     ("eval-unknown-backend", "evaluate", ["model=tiny", "backend=foo"], None, None, ["'foo'", "allowed: auto, hf, vllm"]),
+    # a researcher's own data set: the built-in sets' checks, one line naming the file and row (issue 58, item 1)
+    ("train-user-set-missing-column", "train", ["model=tiny", "data={TMP}/mine.jsonl"], _user_set(_USER_ROWS), None, ["mine.jsonl: no column 'question' (data.columns.question); columns: q, a"]),
+    ("train-user-set-bad-gold", "train", ["model=tiny", "data={TMP}/mine.jsonl", "data.columns.question=q", "data.columns.answer=a"], _user_set(_USER_ROWS), None, ["mine.jsonl:2:", "gold 'seven' is not a finite number"]),
+    ("train-user-set-empty", "train", ["model=tiny", "data={TMP}/mine.jsonl"], _user_set(""), None, ["mine.jsonl: the data set is empty"]),
+    ("train-user-set-kind", "train", ["model=tiny", "data={TMP}/mine.jsonl", "data.answer_kind=numbr"], _user_set(_USER_ROWS), None, ["data.answer_kind must be one of numeric, number", "did you mean number?"]),
+    ("train-user-set-no-file", "train", ["model=tiny", "data={TMP}/none.parquet"], None, None, ["data file not found: ", "none.parquet"]),
+    ("eval-user-set-missing-column", "evaluate", ["model=tiny", "eval={TMP}/mine.jsonl", "eval.columns.question=q", "eval.columns.answer=answer"], _user_set(_USER_ROWS), None, ["mine.jsonl: no column 'answer' (eval.columns.answer); columns: q, a"]),
     ("eval-typo-eval", "evaluate", ["model=tiny", "eval=gsm8"], None, None, ["unknown eval config 'gsm8'; did you mean gsm8k? allowed:", "svamp"]),
     ("eval-typo-dataset", "evaluate", ["model=tiny", "eval.datasets=[svam]"], None, None, ["'svam'; did you mean svamp? allowed:", "gsm8k"]),
     ("eval-typo-backend", "evaluate", ["model=tiny", "backend=vlm"], None, None, ["'vlm'; did you mean vllm? allowed: auto, hf, vllm"]),

@@ -101,6 +101,20 @@ class UserSet:
                    columns.get("id"), str(split), name)  # fmt: skip
 
 
+def _empty_file(path: Path) -> bool:
+    """A file with no bytes, or a parquet file of no rows (datasets' parquet reader refuses one)."""
+    if path.stat().st_size == 0:
+        return True
+    if path.suffix != ".parquet":
+        return False
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows == 0
+    except Exception:  # not parquet at all: datasets' own error names it
+        return False
+
+
 def _read(source: str, split: str) -> tuple[Any, str]:
     """The rows of ``source`` as a ``datasets.Dataset`` and a name for messages."""
     import datasets  # lazy: only a user set needs it here
@@ -111,6 +125,8 @@ def _read(source: str, split: str) -> tuple[Any, str]:
             if path.suffix not in FILE_FORMATS:
                 raise DataError(f"{source}: a data file must be {', '.join(FILE_FORMATS)}")
             label = str(path)
+            if _empty_file(path):  # datasets fails on these with a generic message
+                raise DataError(f"{path}: the data set is empty (no rows)")
             rows = datasets.load_dataset(FILE_FORMATS[path.suffix], data_files=str(path), split="train")
         elif path.is_dir():
             label = str(path)
