@@ -15,8 +15,10 @@ the source and the row (numbered from 1). ``train`` uses it for ``data=<source>`
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,8 +117,32 @@ def _empty_file(path: Path) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """datasets' progress bars and log lines off while a user set loads: a bad set's error stays one line."""
+    import datasets
+
+    bars_were_off = datasets.is_progress_bar_enabled() is False
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    datasets.disable_progress_bars()
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if not bars_were_off:
+            datasets.enable_progress_bars()
+
+
 def _read(source: str, split: str) -> tuple[Any, str]:
     """The rows of ``source`` as a ``datasets.Dataset`` and a name for messages."""
+    with _quiet_datasets():
+        return _read_loud(source, split)
+
+
+def _read_loud(source: str, split: str) -> tuple[Any, str]:
+    """``_read`` with datasets' own output on."""
     import datasets  # lazy: only a user set needs it here
 
     path = Path(source).expanduser()
