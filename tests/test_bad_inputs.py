@@ -455,6 +455,17 @@ def _spec_case(old: str = "", new: str = "", *, raw: bytes | None = None):
     return setup
 
 
+def _user_set(text: str):
+    """A case with a user's own data file ``{TMP}/mine.jsonl`` holding ``text`` (issue 58, item 1)."""
+
+    def setup(tmp, results, tiny):
+        (tmp / "mine.jsonl").write_text(text)
+        return {}
+
+    return setup
+
+
+_USER_ROWS = '{"q": "What is 1 plus 1?", "a": "2"}\n{"q": "What is 2 plus 5?", "a": "seven"}\n'
 _CLAIMS_ARGS = ["results_dir={RESULTS}", "out_dir={TMP}/claims_out", "spec={SPEC}"]
 _TUNING = "tuning:\n  lr: {from_tag: tune, to_tag: tuned, key: trainer.learning_rate, values: [1.0e-4], seeds: [100]}\n"
 
@@ -470,6 +481,13 @@ CASES = [
     ("train-unknown-reward", "train", ["reward=nope"], None, None, ["unknown reward 'nope'", "gsm8k_numeric"]),
     ("train-unknown-reward-func", "train", ["model=tiny", "reward.funcs=[nope]"], None, None, ["unknown reward 'nope'", "valid rewards:"]),
     ("train-unknown-launcher", "train", ["hydra/launcher=nope"], None, None, ["launcher 'nope'", "options:", "slurm"]),
+    # a typo of a closed set's name: the closest name first, then still the whole list (issue 58, 7b)
+    ("train-typo-method", "train", ["method=pspp"], None, None, ["unknown method 'pspp'; did you mean pspo? options: archer, aspo"]),
+    ("train-typo-model", "train", ["model=tny"], None, None, ["unknown model 'tny'; did you mean tiny? options:", "qwen2p5_0p5b"]),
+    ("train-typo-data", "train", ["data=gsm8"], None, None, ["unknown data 'gsm8'; did you mean gsm8k? options:", "synthetic"]),
+    ("train-typo-data-name", "train", ["model=tiny", "data.name=gsm8"], None, None, ["'gsm8'; did you mean gsm8k? allowed: ", "math"]),
+    ("train-typo-reward", "train", ["reward=gsm8k_numerc"], None, None, ["unknown reward 'gsm8k_numerc'; did you mean gsm8k_numeric? options:", "math_verify"]),
+    ("train-typo-launcher", "train", ["hydra/launcher=slurn"], None, None, ["launcher 'slurn'; did you mean slurm? options:"]),
     # --- train: hyperparameters out of range
     ("train-alpha-1.5", "train", ["model=tiny", "method=pspo", "method.alpha=1.5"], None, None, ["alpha=1.5", "[0, 1]"]),
     ("train-tau-0", "train", ["model=tiny", "method=p3o", "method.tau=0"], None, None, ["tau=0", "> 0"]),
@@ -499,6 +517,16 @@ CASES = [
     ("eval-unknown-eval", "evaluate", ["model=tiny", "eval=nope"], None, None, ["'nope'", "allowed:", "gsm8k"]),
     ("eval-unknown-dataset", "evaluate", ["model=tiny", "eval.datasets=[nope]"], None, None, ["'nope'", "allowed:", "svamp"]),
     ("eval-unknown-backend", "evaluate", ["model=tiny", "backend=foo"], None, None, ["'foo'", "allowed: auto, hf, vllm"]),
+    # a researcher's own data set: the built-in sets' checks, one line naming the file and row (issue 58, item 1)
+    ("train-user-set-missing-column", "train", ["model=tiny", "data={TMP}/mine.jsonl"], _user_set(_USER_ROWS), None, ["mine.jsonl: no column 'question' (data.columns.question); columns: q, a"]),
+    ("train-user-set-bad-gold", "train", ["model=tiny", "data={TMP}/mine.jsonl", "data.columns.question=q", "data.columns.answer=a"], _user_set(_USER_ROWS), None, ["mine.jsonl:2:", "gold 'seven' is not a finite number"]),
+    ("train-user-set-empty", "train", ["model=tiny", "data={TMP}/mine.jsonl"], _user_set(""), None, ["mine.jsonl: the data set is empty"]),
+    ("train-user-set-kind", "train", ["model=tiny", "data={TMP}/mine.jsonl", "data.answer_kind=numbr"], _user_set(_USER_ROWS), None, ["data.answer_kind must be one of numeric, number", "did you mean number?"]),
+    ("train-user-set-no-file", "train", ["model=tiny", "data={TMP}/none.parquet"], None, None, ["data file not found: ", "none.parquet"]),
+    ("eval-user-set-missing-column", "evaluate", ["model=tiny", "eval={TMP}/mine.jsonl", "eval.columns.question=q", "eval.columns.answer=answer"], _user_set(_USER_ROWS), None, ["mine.jsonl: no column 'answer' (eval.columns.answer); columns: q, a"]),
+    ("eval-typo-eval", "evaluate", ["model=tiny", "eval=gsm8"], None, None, ["unknown eval config 'gsm8'; did you mean gsm8k? allowed:", "svamp"]),
+    ("eval-typo-dataset", "evaluate", ["model=tiny", "eval.datasets=[svam]"], None, None, ["'svam'; did you mean svamp? allowed:", "gsm8k"]),
+    ("eval-typo-backend", "evaluate", ["model=tiny", "backend=vlm"], None, None, ["'vlm'; did you mean vllm? allowed: auto, hf, vllm"]),
     ("eval-negative-temperature", "evaluate", ["model=tiny", "temperatures=[0.0,-0.2]"], None, None, ["-0.2", ">= 0"]),
     ("eval-text-temperature", "evaluate", ["model=tiny", "temperatures=[abc]"], None, None, ["'abc'", "a number"]),
     ("eval-zero-samples", "evaluate", ["model=tiny", "n_samples=0"], None, None, ["n_samples", "positive integer", "0"]),
@@ -686,7 +714,7 @@ CASES = [
     ("claims-spec-not-utf8", "claims", _CLAIMS_ARGS, _spec_case(raw=b"claims:\n  - id: c\xff1\n"), None, ["spec.yaml", "not a readable YAML spec"]),
     ("claims-spec-duplicate-yaml-key", "claims", _CLAIMS_ARGS, _spec_case("    quote: q\n", "    quote: q\n    quote: r\n"), None, ["spec.yaml:", "not a readable YAML spec", "quote"]),
     ("claims-spec-a-list", "claims", _CLAIMS_ARGS, _spec_case(new="- 1\n- 2\n"), None, ["spec.yaml:1", "the spec", "must be a mapping, got [1, 2]"]),
-    ("claims-spec-top-key-typo", "claims", _CLAIMS_ARGS, _spec_case("claims:", "claim:"), None, ["spec.yaml:1", "claim: not a key of the spec; keys: claims, tuning"]),
+    ("claims-spec-top-key-typo", "claims", _CLAIMS_ARGS, _spec_case("claims:", "claim:"), None, ["spec.yaml:1", "claim: not a key of the spec; did you mean claims? keys: claims, tuning"]),
     ("claims-spec-no-claims", "claims", _CLAIMS_ARGS, _spec_case(new="claims: []\n"), None, ["spec.yaml:1", "non-empty `claims` list"]),
     ("claims-spec-claim-not-mapping", "claims", _CLAIMS_ARGS, _spec_case(new="claims: [c1]\n"), None, ["claim #1", "must be a mapping, got 'c1'"]),
     ("claims-spec-missing-test-short", "claims", _CLAIMS_ARGS, _spec_case("    test_short: toy\n", ""), None, ["spec.yaml:2", "claim 'c1': test_short is missing"]),
@@ -694,12 +722,12 @@ CASES = [
     ("claims-spec-claim-key-typo", "claims", _CLAIMS_ARGS, _spec_case("    verdict:", "    verdcit: {}\n    verdict:"), None, ["spec.yaml:12", "claim 'c1': verdcit: not a key of a claim"]),
     ("claims-spec-duplicate-claim-id", "claims", _CLAIMS_ARGS, _spec_case(new=CLAIMS_SPEC + CLAIMS_SPEC.split("\n", 1)[1]), None, ["spec.yaml:13", "claim id 'c1' used twice"]),
     ("claims-spec-duplicate-measure-id", "claims", _CLAIMS_ARGS, _spec_case("{id: diff, kind: compare", "{id: acc, kind: compare"), None, ["spec.yaml:11", "claim 'c1'", "measurement id(s) ['acc'] used twice"]),
-    ("claims-spec-unknown-kind", "claims", _CLAIMS_ARGS, _spec_case("kind: accuracy", "kind: acuracy"), None, ["spec.yaml:10", "measure 'acc'", "kind 'acuracy'; allowed: accuracy, compare"]),
+    ("claims-spec-unknown-kind", "claims", _CLAIMS_ARGS, _spec_case("kind: accuracy", "kind: acuracy"), None, ["spec.yaml:10", "measure 'acc'", "kind 'acuracy'; did you mean accuracy? allowed: accuracy, compare"]),
     ("claims-spec-temperature-text", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temperature: hot}}"), None, ["spec.yaml:10", "claim 'c1': measure 'acc': a.temperature must be a number >= 0, got 'hot'"]),
     ("claims-spec-temperature-quoted", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temperature: '0.8'}}"), None, ["measure 'acc': a.temperature must be a number >= 0, got '0.8'"]),
     ("claims-spec-temperature-negative", "claims", _CLAIMS_ARGS, _spec_case("b: {method: clip}}", "b: {method: clip, temperature: -0.5}}"), None, ["measure 'diff': b.temperature must be a number >= 0, got -0.5"]),
     ("claims-spec-temperature-env", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temperature: '${oc.env:PSPO_T}'}}"), None, ["a.temperature must be a number >= 0, got '${oc.env:PSPO_T}'"]),
-    ("claims-spec-group-key-typo", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temprature: 0.8}}"), None, ["measure 'acc': a.temprature: not a key of a run group; keys: method, tag"]),
+    ("claims-spec-group-key-typo", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, temprature: 0.8}}"), None, ["measure 'acc': a.temprature: not a key of a run group; did you mean temperature? keys: method, tag"]),
     ("claims-spec-group-no-method", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {tag: x}}"), None, ["measure 'acc': a.method is missing"]),
     ("claims-spec-group-text", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: pspo}"), None, ["measure 'acc': a (a run group", "must be a mapping, got 'pspo'"]),
     ("claims-spec-tag-number", "claims", _CLAIMS_ARGS, _spec_case("a: {method: pspo}}", "a: {method: pspo, tag: 3}}"), None, ["measure 'acc': a.tag must be a text", "got 3"]),
@@ -715,7 +743,7 @@ CASES = [
     ("claims-spec-run-stat-no-stat", "claims", _CLAIMS_ARGS, _spec_case("{id: acc, kind: accuracy, a: {method: pspo}}", "{id: acc, kind: run_stat, a: {method: pspo}}"), None, ["measure 'acc': stat is missing"]),
     ("claims-spec-frontier-no-groups", "claims", _CLAIMS_ARGS, _spec_case("{id: acc, kind: accuracy, a: {method: pspo}}", "{id: acc, kind: frontier, a: {method: pspo}, b: {method: clip, groups: [{}]}}"), None, ["measure 'acc': a.groups must be a non-empty list of run groups"]),
     ("claims-spec-measure-not-list", "claims", _CLAIMS_ARGS, _spec_case(CLAIMS_SPEC[CLAIMS_SPEC.index("    measure:"):CLAIMS_SPEC.index("    verdict")], "    measure: acc\n"), None, ["spec.yaml:9", "claim 'c1': measure must be a list of measurements, got 'acc'"]),
-    ("claims-spec-rule-unknown", "claims", _CLAIMS_ARGS, _spec_case("rule: greater", "rule: greatest"), None, ["spec.yaml:12", "claim 'c1': rule 'greatest'; allowed: greater, interaction"]),
+    ("claims-spec-rule-unknown", "claims", _CLAIMS_ARGS, _spec_case("rule: greater", "rule: greatest"), None, ["spec.yaml:12", "claim 'c1': rule 'greatest'; did you mean greater? allowed: greater, interaction"]),
     ("claims-spec-rule-missing-id", "claims", _CLAIMS_ARGS, _spec_case("diff: diff}", "dif: diff}"), None, ["spec.yaml:12", "verdict.dif: not a key of the greater rule"]),
     ("claims-spec-rule-unknown-id", "claims", _CLAIMS_ARGS, _spec_case("diff: diff}", "diff: dif}"), None, ["spec.yaml:12", "verdict.diff: 'dif' names no measurement of this claim; measurements: acc, diff"]),
     ("claims-spec-key-unknown-id", "claims", _CLAIMS_ARGS, _spec_case("key: diff", "key: dif"), None, ["spec.yaml:8", "claim 'c1': key 'dif' names no measurement of this claim"]),

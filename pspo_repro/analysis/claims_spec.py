@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from omegaconf import OmegaConf
 
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.common.redact import redact
 
 KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier")
@@ -138,7 +139,10 @@ class _Checker:
     def keys(self, obj: dict[str, Any], allowed: tuple[str, ...], at: tuple[Any, ...], what: str) -> None:
         for key in obj:
             if key not in allowed:
-                self.fail((*at, key), f"{_dot(at, key)}: not a key of {what}; keys: {', '.join(allowed)}")
+                self.fail(
+                    (*at, key),
+                    f"{_dot(at, key)}: not a key of {what}; {did_you_mean(key, allowed)}keys: {', '.join(allowed)}",
+                )
 
     def text(self, obj: dict[str, Any], key: str, at: tuple[Any, ...] = (), required: bool = True) -> None:
         if key not in obj:
@@ -247,7 +251,10 @@ class _Checker:
         self.who = f"{who}measure {m['id']!r}: "
         kind = m.get("kind")
         if kind not in KINDS:
-            self.fail((*at, "kind"), f"measurement kind {kind!r}; allowed: {', '.join(KINDS)}")
+            self.fail(
+                (*at, "kind"),
+                f"measurement kind {kind!r}; {did_you_mean(kind, KINDS)}allowed: {', '.join(KINDS)}",
+            )
         self.keys(m, ("id", "kind", *KIND_KEYS[kind]), at, f"a {kind} measurement")
         for key in ("label", "metric", "stat", "heldout"):
             self.text(m, key, at, required=key == "stat" and kind == "run_stat")
@@ -329,7 +336,7 @@ class _Checker:
         at = ("verdict",)
         rule = v.get("rule")
         if rule not in RULES:
-            self.fail((*at, "rule"), f"rule {rule!r}; allowed: {', '.join(RULES)}")
+            self.fail((*at, "rule"), f"rule {rule!r}; {did_you_mean(rule, RULES)}allowed: {', '.join(RULES)}")
         ids, lists, optional = RULE_KEYS[rule]
         if (
             "margin_from" in v

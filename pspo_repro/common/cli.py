@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pspo_repro.common.names import closest, did_you_mean
+
 USAGE_EXIT = 2
 
 
@@ -158,7 +160,10 @@ def _checked_compose(
                 if key.startswith("hydra/") and sep and value not in ("null", ""):
                     options = sorted(loader.get_group_options(key))
                     if value not in options:
-                        return f"unknown {key} {value!r}; options: {', '.join(options)}", None
+                        return (
+                            f"unknown {key} {value!r}; {did_you_mean(value, options)}options: {', '.join(options)}",
+                            None,
+                        )
             # with Hydra's own settings (composed either way), for hydra_dir_error's first job
             cfg = compose(config_name=config_name, overrides=plain, return_hydra_config=True)
             for arg in plain:
@@ -185,8 +190,6 @@ def _added_key_error(arg: str, cfg: Any, loader: Any) -> str | None:
     """One line when ``+a.b=value`` adds a key inside an existing section (``+eval.limt=3``): nothing reads
     it, so the setting would be silently ignored. ``+group=choice`` (a config group), top-level
     ``+note=...`` (kept in the stored config as an annotation) and ``++`` (force) are left alone."""
-    import difflib
-
     from omegaconf import OmegaConf
 
     if not arg.startswith("+") or arg.startswith("++") or "=" not in arg:
@@ -201,8 +204,8 @@ def _added_key_error(arg: str, cfg: Any, loader: Any) -> str | None:
     parent, leaf = key.rsplit(".", 1)
     node = OmegaConf.select(cfg, parent)
     known = sorted(k for k in (node.keys() if OmegaConf.is_dict(node) else []) if k != leaf)
-    close = difflib.get_close_matches(leaf, known, n=1)
-    hint = f"did you mean {parent}.{close[0]}? " if close else ""
+    close = closest(leaf, known)
+    hint = f"did you mean {parent}.{close}? " if close else ""
     return (
         f"bad override {arg}: {key} is not a setting, so nothing would read it; {hint}"
         f"settings under {parent}: {', '.join(known) or 'none'}"

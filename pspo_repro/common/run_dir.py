@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json, write_text
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import check_name, results_path, seed_folder
 
@@ -79,8 +80,11 @@ def reward_tag(cfg: DictConfig) -> str:
         return ""
     path = CONF_DIR / "reward" / f"{name}.yaml"
     if not path.is_file():
-        options = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise ValueError(f"data.default_reward {name!r} is not a reward config; options: {options}")
+        options = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(
+            f"data.default_reward {name!r} is not a reward config; {did_you_mean(name, options)}"
+            f"options: {', '.join(options)}"
+        )
     funcs, weights = _reward_of(cfg.reward)
     if (funcs, weights) == _reward_of(OmegaConf.load(path)):
         return ""
@@ -99,11 +103,20 @@ def tagging_key(override: str) -> str | None:
 
 
 def tag_from_overrides(cfg: DictConfig, overrides: list[str]) -> str:
-    """The folder tag: ``run_tag``, ``reward_tag`` and ``{key}{value}`` for each overridden method/trainer
-    key, sorted."""
+    """The folder tag: ``run_tag``, ``data_tag``, ``reward_tag`` and ``{key}{value}`` for each overridden
+    method/trainer key, sorted."""
     keys = {k for k in map(tagging_key, overrides) if k}
     parts = [f"{k.split('.', 1)[1]}{_fmt(OmegaConf.select(cfg, k))}" for k in sorted(keys)]
-    return "-".join(t for t in (cfg.get("run_tag") or "", reward_tag(cfg), swept_tag(parts)) if t)
+    tags = (cfg.get("run_tag") or "", data_tag(cfg), reward_tag(cfg), swept_tag(parts))
+    return "-".join(t for t in tags if t)
+
+
+def data_tag(cfg: DictConfig) -> str:
+    """``data_<name>`` for a user's data set (``data.source`` set; its name settled by the settings check),
+    ``""`` for a built-in one: a run on a researcher's file never shares a folder with a gsm8k run."""
+    if OmegaConf.select(cfg, "data.source") is None:
+        return ""
+    return "data_" + re.sub(r"[^A-Za-z0-9_.+-]", "", str(OmegaConf.select(cfg, "data.name") or "user"))
 
 
 def swept_tag(parts: list[str]) -> str:

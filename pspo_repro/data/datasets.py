@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pspo_repro.common.hub import offline_unless_reachable
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.common.paths import data_dir, data_dir_hint
 from pspo_repro.data import synthetic
 from pspo_repro.data.problems import DataError, DatasetSpec, Problem, RowFn, list_items, numeric_gold
@@ -42,7 +43,9 @@ def register_dataset(name: str, spec: DatasetSpec) -> DatasetSpec:
 def get_spec(name: str) -> DatasetSpec:
     """The registry entry for ``name``; an unknown name lists the allowed ones."""
     if name not in DATASETS:
-        raise DataError(f"unknown dataset {name!r}; allowed: {', '.join(sorted(DATASETS))}")
+        raise DataError(
+            f"unknown dataset {name!r}; {did_you_mean(name, DATASETS)}allowed: {', '.join(sorted(DATASETS))}"
+        )
     return DATASETS[name]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pspo_repro.common.names import did_you_mean
+
 # Exact text from the authors' released code (GitHub MCDwyer/GR-PSPO).
 PAPER_SYSTEM_PROMPT = (
     "You are a careful math solver. Think through the solution and show the steps. Use English only. "
@@ -49,7 +51,9 @@ def yes_no_question(passage: str, question: str) -> str:
 def build_messages(question: str, template: str = "paper") -> list[dict[str, str]]:
     """The chat messages for one problem under a named template (``paper`` or ``none``)."""
     if template not in TEMPLATES:
-        raise ValueError(f"unknown prompt template {template!r}; allowed: {sorted(TEMPLATES)}")
+        raise ValueError(
+            f"unknown prompt template {template!r}; {did_you_mean(template, TEMPLATES)}allowed: {sorted(TEMPLATES)}"
+        )
     system = TEMPLATES[template]
     messages = [] if system is None else [{"role": "system", "content": system}]
     messages.append({"role": "user", "content": question})

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pspo_repro.common.atomic import atomic_open
+from pspo_repro.common.names import did_you_mean, did_you_mean_each
 from pspo_repro.data.problems import DataError, DatasetSpec, Problem, numeric_gold
 
 SPLITS = ("train", "validation", "test")
@@ -174,7 +175,9 @@ def _bucket(question: str) -> int:
 
 def _templates(task: str) -> dict[str, Template]:
     if task not in TASKS:
-        raise ValueError(f"unknown synthetic task {task!r}; allowed: {sorted(TASKS)}")
+        raise ValueError(
+            f"unknown synthetic task {task!r}; {did_you_mean(task, TASKS)}allowed: {sorted(TASKS)}"
+        )
     return TASKS[task]
 
 
@@ -207,7 +210,8 @@ def generate(
     sizes = {**DEFAULT_SIZES, **(sizes or {})}
     unknown = set(sizes) - set(SPLITS)
     if unknown:
-        raise ValueError(f"unknown synthetic split(s) {sorted(unknown)}; allowed: {list(SPLITS)}")
+        hint = did_you_mean_each(sorted(unknown), SPLITS)
+        raise ValueError(f"unknown synthetic split(s) {sorted(unknown)}; {hint}allowed: {list(SPLITS)}")
     cfg = cfg or SyntheticConfig()
     out: dict[str, list[Problem]] = {split: [] for split in SPLITS}
     stream = _stream(cfg, task)
@@ -226,7 +230,9 @@ def load_split(
 ) -> list[Problem]:
     """One split of ``task`` (default size if ``n`` is None); ``kwargs`` go to ``SyntheticConfig``."""
     if split not in SPLITS:
-        raise ValueError(f"unknown synthetic split {split!r}; allowed: {list(SPLITS)}")
+        raise ValueError(
+            f"unknown synthetic split {split!r}; {did_you_mean(split, SPLITS)}allowed: {list(SPLITS)}"
+        )
     sizes = {s: 0 for s in SPLITS}
     sizes[split] = DEFAULT_SIZES[split] if n is None else n
     return generate(sizes, SyntheticConfig(seed=seed, **kwargs), task)[split]

@@ -31,12 +31,14 @@ from pspo_repro.common.safe_paths import (
 from pspo_repro.common.startup import EVALUATION_STACK, import_frozen
 from pspo_repro.data.datasets import load_benchmark
 from pspo_repro.data.problems import DataError, Problem
+from pspo_repro.data.user_sets import load_user_problems, looks_like_source
 from pspo_repro.evaluation import cells, metrics
 from pspo_repro.evaluation.settings import (  # the settings checks: their own module, read in one place
     EvalError,
     _precheck_argv,
     numerics_of,
     sources_of,
+    user_set_of,
     validate,
 )
 from pspo_repro.evaluation.targets import Target, resolve_target
@@ -144,13 +146,19 @@ def _header(
         "prompt_template": str(cfg.prompt_template),
         "backend": backend,
         # Only a cell read from a named source records it (cells of the default sources keep their keys).
-        "source": sources_of(cfg).get(dataset),
+        "source": sources_of(cfg).get(dataset) or _user_source(cfg, dataset),
         # Only a cell of other numerics than the backend's default records them (older cells stay valid).
         "numerics": numerics_of(cfg) if backend == "hf" else None,
     }
     identity = {"model": target.model, "method": target.method, "seed": target.seed, "tag": target.tag,
                 "checkpoint": target.checkpoint}  # fmt: skip
     return cells.cell_header(identity, dataset, problems, t, settings)
+
+
+def _user_source(cfg: Any, dataset: str) -> str | None:
+    """The source of the user's own set when ``dataset`` is it (recorded in its cells), else None."""
+    user = user_set_of(cfg)
+    return user.source if user is not None and user.name == dataset else None
 
 
 def evaluate(cfg: Any) -> list[dict[str, Any]]:
@@ -165,8 +173,13 @@ def evaluate(cfg: Any) -> list[dict[str, Any]]:
     except ValueError as exc:
         raise EvalError(str(exc)) from None
     sources = sources_of(cfg)
+    user = user_set_of(cfg)
     problems_by_ds = {
-        name: load_benchmark(name, str(cfg.eval.split), cfg.eval.limit, sources.get(name))
+        name: (
+            load_user_problems(user, "eval")[: cfg.eval.limit]  # limit: checked by validate (>= 1 or null)
+            if user is not None and name == user.name
+            else load_benchmark(name, str(cfg.eval.split), cfg.eval.limit, sources.get(name))
+        )
         for name in datasets
     }
 
@@ -436,6 +449,13 @@ def rewrite_overrides(argv: list[str]) -> list[str]:
     ``model.path=P`` (the training override for local weights) -> ``model_path=P``."""
     out = []
     for a in argv:
+        value = a.split("=", 1)[1] if a.startswith("eval=") else ""
+        if value and not (CONF_DIR / "eval" / f"{value}.yaml").is_file() and looks_like_source(value):
+            # eval=<file|folder|hub id>: the user's own set (conf/eval/user.yaml)
+            if "'" in value or "," in value:  # Hydra would read a quote or a comma as syntax (a sweep)
+                raise EvalError(f"eval={value}: a source's name may not hold a quote or a comma")
+            out += ["eval=user", f"eval.source='{value}'"]
+            continue
         if a.startswith("model="):
             a = "model_ref=" + a.split("=", 1)[1]
         elif a.startswith("model.path="):
@@ -457,9 +477,9 @@ def _checked_argv(argv: list[str]) -> list[str]:
 
     try:
         _precheck_argv(argv)
+        return rewrite_overrides(argv)
     except EvalError as exc:
         raise UsageError(str(exc)) from None
-    return rewrite_overrides(argv)
 
 
 def main() -> int:

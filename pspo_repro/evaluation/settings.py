@@ -13,8 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pspo_repro.common.cli import check_number
+from pspo_repro.common.names import did_you_mean, did_you_mean_after
 from pspo_repro.common.paths import CONF_DIR
-from pspo_repro.data.datasets import get_spec
+from pspo_repro.data.datasets import DATASETS, get_spec
+from pspo_repro.data.problems import DataError
+from pspo_repro.data.user_sets import UserSet, looks_like_source
 from pspo_repro.evaluation.cells import cell_name
 
 
@@ -48,16 +51,35 @@ ATTN_IMPLEMENTATIONS = ("eager", "sdpa")  # or null: transformers' default
 def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     """``value`` must be one of ``allowed`` (a one-line EvalError naming the key, the value and the list)."""
     if not isinstance(value, str) or value not in allowed:
-        raise EvalError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+        raise EvalError(
+            f"{key} must be one of {', '.join(allowed)}, got {value!r}{did_you_mean_after(value, allowed)}"
+        )
+
+
+def user_set_of(cfg: Any) -> UserSet | None:
+    """The user's own set of ``eval=<source>`` (conf/eval/user.yaml: ``eval.source``), None without one."""
+    if "source" not in cfg.eval.keys():
+        return None
+    try:
+        return UserSet.from_config(cfg.eval, "eval", str(cfg.eval.split))
+    except DataError as exc:
+        raise EvalError(str(exc)) from None
 
 
 def validate(cfg: Any) -> tuple[list[str], list[float]]:
-    """Dataset names and temperatures after checking every setting (raises EvalError)."""
+    """Dataset names (a user set's last) and temperatures after checking every setting (raises EvalError)."""
     datasets = list(cfg.eval.datasets) if isinstance(cfg.eval.datasets, Sequence) else [cfg.eval.datasets]
-    if not datasets:
-        raise EvalError("eval.datasets is empty")
     for name in datasets:
         get_spec(name)  # unknown names list the allowed ones
+    user = user_set_of(cfg)
+    if user is not None:
+        if user.name in DATASETS or user.name in datasets:
+            raise EvalError(
+                f"eval.name {user.name!r} is a built-in set's name; name your set otherwise (eval.name=<name>)"
+            )
+        datasets.append(user.name)
+    if not datasets:
+        raise EvalError("eval.datasets is empty")
     raw_temps = cfg.temperatures if isinstance(cfg.temperatures, Sequence) else [cfg.temperatures]
     temps = [_number("temperature", t) for t in raw_temps]
     if not temps:
@@ -105,7 +127,8 @@ def validate(cfg: Any) -> tuple[list[str], list[float]]:
 
     if str(cfg.prompt_template) not in TEMPLATES:
         raise EvalError(
-            f"unknown prompt_template {cfg.prompt_template!r}; allowed: {', '.join(sorted(TEMPLATES))}"
+            f"unknown prompt_template {cfg.prompt_template!r}; {did_you_mean(str(cfg.prompt_template), TEMPLATES)}"
+            f"allowed: {', '.join(sorted(TEMPLATES))}"
         )
     if cfg.eval.limit is not None and _number("eval.limit", cfg.eval.limit, int) < 1:
         raise EvalError(f"eval.limit must be a positive integer or null, got {cfg.eval.limit}")
@@ -122,9 +145,11 @@ def _precheck_argv(argv: list[str]) -> None:
     for arg in argv:
         if arg.startswith("eval="):
             name = arg.split("=", 1)[1]
-            if not (CONF_DIR / "eval" / f"{name}.yaml").is_file():
+            if not (CONF_DIR / "eval" / f"{name}.yaml").is_file() and not looks_like_source(name):
                 allowed = sorted(p.stem for p in (CONF_DIR / "eval").glob("*.yaml"))
-                raise EvalError(f"unknown eval config {name!r}; allowed: {', '.join(allowed)}")
+                raise EvalError(
+                    f"unknown eval config {name!r}; {did_you_mean(name, allowed)}allowed: {', '.join(allowed)}"
+                )
 
 
 def numerics_of(cfg: Any) -> dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.common.names import did_you_mean_each
 from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.explore import checks as C
 from pspo_repro.explore import plots
@@ -72,7 +73,8 @@ def resolve(cfg: DictConfig) -> tuple[list[str], dict[str, dict[str, Any]]]:
     unknown += [m for m in overrides if m not in registered and m not in unknown]
     if unknown:
         raise UsageError(
-            f"unknown method(s) {', '.join(map(str, unknown))}; registered: {', '.join(registered)}"
+            f"unknown method(s) {', '.join(map(str, unknown))}; {did_you_mean_each(unknown, registered)}"
+            f"registered: {', '.join(registered)}"
         )
     if not selected:
         raise UsageError(f"methods is empty; registered: {', '.join(registered)}")

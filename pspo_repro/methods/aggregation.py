@@ -38,6 +38,8 @@ from collections.abc import Callable
 
 import torch
 
+from pspo_repro.common.names import did_you_mean
+
 
 def _dapo(loss, mask, num_items, max_completion_length, accumulation_steps, num_processes):
     denom = mask.sum().clamp(min=1.0) if num_items is None else num_items
@@ -120,7 +122,8 @@ def aggregate(
         fn = _MODES[mode]
     except KeyError:
         raise ValueError(
-            f"unknown loss aggregation {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}"
+            f"unknown loss aggregation {mode!r}; {did_you_mean(mode, AGGREGATION_MODES)}"
+            f"valid modes: {', '.join(AGGREGATION_MODES)}"
         ) from None
     mask = mask.to(per_token_loss.dtype)
     return fn(per_token_loss, mask, num_items, max_completion_length, accumulation_steps, num_processes)

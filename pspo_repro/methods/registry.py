@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from pspo_repro.common.names import did_you_mean, did_you_mean_each
 from pspo_repro.methods.aggregation import AGGREGATION_MODES
 from pspo_repro.methods.base import MethodOutput
 from pspo_repro.methods.params import PARAM_RULES, check_param, check_param_order
@@ -117,7 +118,8 @@ def get_spec(name: str) -> MethodSpec:
     except KeyError:
         aliases = ", ".join(f"{a} ({t})" for a, t in method_aliases().items())
         raise ValueError(
-            f"unknown method {name!r}; valid methods: {', '.join(list_methods())}; aliases: {aliases}"
+            f"unknown method {name!r}; {did_you_mean(name, [*list_methods(), *METHOD_ALIASES])}"
+            f"valid methods: {', '.join(list_methods())}; aliases: {aliases}"
         ) from None
 
 
@@ -145,7 +147,10 @@ def validate_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(params) - set(spec.defaults))
     if unknown:
         allowed = ", ".join(sorted(spec.defaults)) or "none"
-        raise ValueError(f"method {name!r}: unknown parameter(s) {', '.join(unknown)}; allowed: {allowed}")
+        hint = did_you_mean_each(unknown, spec.defaults)
+        raise ValueError(
+            f"method {name!r}: unknown parameter(s) {', '.join(unknown)}; {hint}allowed: {allowed}"
+        )
     full = {**spec.defaults, **params}
     for key, value in full.items():
         check_param(name, key, value)
@@ -173,7 +178,8 @@ def parse_method_config(cfg: Mapping[str, Any]) -> MethodConfig:
     rollout = parse_rollout_correction(*(cfg.pop(k, default) for k, default in ROLLOUT_KEYS.items()))
     if loss_agg not in AGGREGATION_MODES:
         raise ValueError(
-            f"method config: loss_agg={loss_agg!r} is invalid; allowed: {', '.join(AGGREGATION_MODES)}"
+            f"method config: loss_agg={loss_agg!r} is invalid; {did_you_mean(loss_agg, AGGREGATION_MODES)}"
+            f"allowed: {', '.join(AGGREGATION_MODES)}"
         )
     if not isinstance(num_iterations, int) or isinstance(num_iterations, bool) or num_iterations < 1:
         raise ValueError(

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.methods.base import LOG_RATIO_CLAMP
 
 IS_MODES = ("seq_mis", "seq_tis", "token_icepop", "token_tis")
@@ -168,7 +169,8 @@ def parse_rollout_correction(
     for m in modes:
         if m not in MODES:
             raise ValueError(
-                f"method.rollout_correction: unknown mode {m!r}; allowed: none, {', '.join(MODES)}"
+                f"method.rollout_correction: unknown mode {m!r}; {did_you_mean(m, ['none', *MODES])}"
+                f"allowed: none, {', '.join(MODES)}"
             )
     if len(set(modes)) != len(modes):
         raise ValueError(f"method.rollout_correction: {modes} names a mode twice")

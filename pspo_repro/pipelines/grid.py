@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.analysis.tuning import Selection, TuningError, select
+from pspo_repro.common.names import did_you_mean_after
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.run_dir import swept_tag, tagging_key
 from pspo_repro.common.run_folder import RunFolder
@@ -376,7 +377,8 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     unknown = sorted(set(extra) - methods - {"baseline"})
     if unknown:
         raise StageError(
-            f"eval.method_overrides: {', '.join(unknown)} not in eval.methods ({', '.join(sorted(methods))}) or baseline"
+            f"eval.method_overrides: {', '.join(unknown)} not in eval.methods ({', '.join(sorted(methods))}) or "
+            f"baseline{did_you_mean_after(unknown[0], [*methods, 'baseline']) if len(unknown) == 1 else ''}"
         )
     runs = _eval_runs(cfg, root)
     common = [f"prompt_template={cfg.prompt_template}", *map(str, cfg.eval.overrides)]

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from pspo_repro.common.names import did_you_mean_each
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.pipelines.grid import sweep_values
@@ -44,7 +45,9 @@ def check_settings(cfg: DictConfig) -> list[str]:
     wanted = [str(s) for s in stages]
     unknown = [s for s in wanted if s not in STAGES]
     if unknown:
-        raise SettingsError(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
+        raise SettingsError(
+            f"unknown stage(s) {unknown}; {did_you_mean_each(unknown, STAGES)}stages: {', '.join(STAGES)}"
+        )
     _positive_int("parallel", cfg.get("parallel"))
     _positive_int("threads", cfg.get("threads"))
     _positive_int("sft.threads", cfg.sft.get("threads", 1))

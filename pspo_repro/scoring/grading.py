@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.data.datasets import last_boxed
 from pspo_repro.data.problems import list_items
 from pspo_repro.scoring.numbers import (
@@ -293,7 +294,9 @@ def answers_equivalent(pred: str | None, gold: str, kind: str, deadline: Deadlin
     ``list``: the same answers in any order (``_list_equivalent``).
     """
     if kind not in KINDS:
-        raise ValueError(f"unknown answer kind {kind!r}; allowed: {', '.join(KINDS)}")
+        raise ValueError(
+            f"unknown answer kind {kind!r}; {did_you_mean(kind, KINDS)}allowed: {', '.join(KINDS)}"
+        )
     if pred is None or not pred.strip():
         return False
     if kind == "text":

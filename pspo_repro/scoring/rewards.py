@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from pspo_repro.common.names import did_you_mean
 from pspo_repro.scoring import grading
 from pspo_repro.scoring.authors_reward import authors_gsm8k_reward
 
@@ -49,7 +50,9 @@ def list_rewards() -> list[str]:
 def get_reward(name: str) -> RewardFn:
     """The reward registered as ``name``; an unknown name raises a one-line ValueError listing the options."""
     if name not in REWARDS:
-        raise ValueError(f"unknown reward {name!r}; valid rewards: {', '.join(list_rewards())}")
+        raise ValueError(
+            f"unknown reward {name!r}; {did_you_mean(name, list_rewards())}valid rewards: {', '.join(list_rewards())}"
+        )
     return REWARDS[name]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.cli import UsageError
+from pspo_repro.common.names import did_you_mean
 
 VARIANTS = ("intended", "as_run")
 
@@ -21,7 +22,9 @@ def apply_per_method(cfg: DictConfig, overrides: list[str]) -> None:
     """
     variant = cfg.get("variant") or "intended"
     if variant not in VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; options: {', '.join(VARIANTS)}")
+        raise UsageError(
+            f"unknown variant {variant!r}; {did_you_mean(variant, VARIANTS)}options: {', '.join(VARIANTS)}"
+        )
     tables = [cfg.get("per_method")]
     if variant == "as_run":
         as_run = cfg.get("per_method_as_run") or {}
@@ -55,10 +58,13 @@ def apply_run_length(cfg: DictConfig, overrides: list[str]) -> None:
     t = cfg.trainer
     length = t.get("length", "token_budget")
     if length not in RUN_LENGTHS:
-        raise UsageError(f"unknown trainer.length {length!r}; options: {', '.join(RUN_LENGTHS)}")
+        raise UsageError(
+            f"unknown trainer.length {length!r}; {did_you_mean(length, RUN_LENGTHS)}options: {', '.join(RUN_LENGTHS)}"
+        )
     if t.get("lr_horizon", "run") not in LR_HORIZONS:
         raise UsageError(
-            f"unknown trainer.lr_horizon {t.get('lr_horizon')!r}; options: {', '.join(LR_HORIZONS)}"
+            f"unknown trainer.lr_horizon {t.get('lr_horizon')!r}; {did_you_mean(t.get('lr_horizon'), LR_HORIZONS)}"
+            f"options: {', '.join(LR_HORIZONS)}"
         )
     if length != "as_run":
         return

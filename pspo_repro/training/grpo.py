@@ -37,8 +37,10 @@ from pspo_repro.training.config_transforms import apply_per_method, apply_run_le
 from pspo_repro.training.settings import (  # the settings checks: their own module, read in one place
     check_group_choices,
     lr_token_budget,
+    user_data_args,
     validate,
 )
+from pspo_repro.training.tracking import tracker_run
 
 log = logging.getLogger("pspo_repro.train")
 # A results folder that cannot be written (read-only, no permission, full): one line, not a traceback.
@@ -46,14 +48,23 @@ WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, 
 
 
 def load_data(cfg: DictConfig):
-    """Training and validation problems (validation cut to ``trainer.eval_limit``)."""
+    """Training and validation problems (validation cut to ``trainer.eval_limit``): a registry set, or a
+    user's (``data.source``: ``data.user_sets``)."""
     from pspo_repro.data import datasets as data
+    from pspo_repro.data import user_sets
 
     try:
-        train, val = data.load_train_val(
-            cfg.data.name, cfg.seed, n_train=cfg.data.n_train, n_val=cfg.data.get("n_val")
-        )
-    except ValueError as exc:  # DataError: names the file tried and PSPO_DATA_DIR
+        if "source" in cfg.data.keys():
+            user = user_sets.UserSet.from_config(cfg.data, "data", cfg.data.get("split") or "train")
+            problems = user_sets.load_user_problems(user, "data")
+            train, val = user_sets.train_val(
+                problems, cfg.seed, cfg.data.get("n_train"), cfg.data.get("n_val"), user.source
+            )
+        else:
+            train, val = data.load_train_val(
+                cfg.data.name, cfg.seed, n_train=cfg.data.n_train, n_val=cfg.data.get("n_val")
+            )
+    except ValueError as exc:  # DataError: names the file tried (and PSPO_DATA_DIR), the row, the column
         raise UsageError(str(exc)) from None
     limit = cfg.trainer.get("eval_limit")
     return train, (val[:limit] if limit else val)
@@ -117,6 +128,8 @@ def _grpo_config(cfg: DictConfig, folder: Path, method, use_cuda: bool):
         metric_for_best_model="eval_reward" if do_eval else None,
         greater_is_better=True if do_eval else None,
         report_to=["wandb"] if cfg.logger.name == "wandb" else [],
+        # the project the logged config names (TrainingArguments' own default is "huggingface")
+        **({"project": str(cfg.logger.project)} if cfg.logger.get("project") else {}),
         # TRL's own correction stays off: the trainer's rollout correction computes it (effective_rollout_correction)
         vllm_importance_sampling_correction=False,
     )
@@ -187,16 +200,6 @@ def _prepare(cfg: DictConfig, folder: Path, method) -> tuple[Any, Any, bool]:
             f"TRL's GRPOConfig refused the trainer settings: {first_line(exc) or type(exc).__name__}"
         ) from None
     return tokenizer, args, use_cuda
-
-
-def _setup_logger(cfg: DictConfig, folder: Path) -> None:
-    if cfg.logger.name != "wandb":
-        return
-    os.environ.setdefault("WANDB_MODE", cfg.logger.mode or "offline")
-    os.environ.setdefault("WANDB_PROJECT", cfg.logger.project)
-    if cfg.logger.get("entity"):
-        os.environ.setdefault("WANDB_ENTITY", cfg.logger.entity)
-    os.environ["WANDB_DIR"] = str(folder)
 
 
 def is_main_process() -> bool:
@@ -290,7 +293,8 @@ def _run(cfg: DictConfig, overrides: list[str] | None, locks: contextlib.ExitSta
         # Killed after the budget's final checkpoint but before run.json said finished: training again
         # would add a step past the budget. The checkpoint's trainer state is the run's end.
         return _finish_from_checkpoint(plan.folder, spent, record, main_process)
-    _setup_logger(cfg, plan.folder)
+    # one wandb run per job, finished when the job ends (the ExitStack closes it before the lock)
+    locks.enter_context(tracker_run(cfg, plan.folder, args.run_name, main_process))
 
     trainer, nonfinite, budget, stopper = _build_trainer(
         cfg, plan, tokenizer, args, use_cuda, train_ds, eval_ds
@@ -544,7 +548,9 @@ def _task(cfg: DictConfig) -> None:
 
 
 def _checked_groups(argv: list[str]) -> list[str]:
-    """``argv`` once its ``group=choice`` names are known ones (UsageError listing the options otherwise)."""
+    """``argv`` with ``data=<file|folder|hub id>`` read as a user set (``user_data_args``), once its
+    ``group=choice`` names are known ones (UsageError listing the options otherwise)."""
+    argv = user_data_args(argv)
     check_group_choices(argv)
     return argv
 

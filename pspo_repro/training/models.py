@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pspo_repro.common.names import did_you_mean_after
 from pspo_repro.training.tiny_model import tiny_model_path
 
 
@@ -82,7 +83,9 @@ def train_dtype_name(model_cfg: Any) -> str:
     allowed = ("auto", *FULL_PRECISION, *LOW_PRECISION)
     name = model_cfg.get("dtype") or "auto"
     if name not in allowed:  # checked with the opt-in too: a dtype no loader takes is a typo either way
-        raise ValueError(f"model.dtype must be one of {', '.join(allowed)}, got {name!r}")
+        raise ValueError(
+            f"model.dtype must be one of {', '.join(allowed)}, got {name!r}{did_you_mean_after(name, allowed)}"
+        )
     opt_in = model_cfg.get("train_dtype")
     if opt_in is not None:
         if opt_in not in allowed[1:]:

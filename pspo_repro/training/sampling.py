@@ -39,6 +39,8 @@ import torch
 import transformers.generation.utils as generation_utils
 from transformers.generation.logits_process import TopPLogitsWarper
 
+from pspo_repro.common.names import did_you_mean_after
+
 # Distance from the threshold within which a row is left to transformers' own sort: ~10x the largest gap between
 # transformers' float32 cumulative sum and the float64 one here (a float32 sum of the vocabulary's probabilities).
 MARGIN = 1e-4
@@ -108,7 +110,10 @@ def cpu_sampling(token_draw: str = "inverse_cdf") -> Iterator[None]:
     """Inside this block transformers' ``generate`` filters top-p with ``ExactTopPWarper`` and, with
     ``token_draw="inverse_cdf"``, draws its tokens with ``inverse_cdf_multinomial``."""
     if token_draw not in TOKEN_DRAWS:
-        raise ValueError(f"token_draw must be one of {', '.join(TOKEN_DRAWS)}, got {token_draw!r}")
+        raise ValueError(
+            f"token_draw must be one of {', '.join(TOKEN_DRAWS)}, got {token_draw!r}"
+            f"{did_you_mean_after(token_draw, TOKEN_DRAWS)}"
+        )
     original = generation_utils.TopPLogitsWarper
     if TOP_P_SHORTCUT:
         generation_utils.TopPLogitsWarper = ExactTopPWarper

@@ -15,6 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.cli import UsageError, check_number
+from pspo_repro.common.names import did_you_mean, did_you_mean_after
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.training import trainer_schema
 
@@ -75,7 +76,28 @@ def check_group_choices(argv: list[str]) -> None:
         options = group_options(key, extra_dirs)
         for choice in value.split(","):
             if choice not in options:
-                raise UsageError(f"unknown {key} {choice!r}; options: {', '.join(options)}")
+                raise UsageError(
+                    f"unknown {key} {choice!r}; {did_you_mean(choice, options)}options: {', '.join(options)}"
+                )
+
+
+def user_data_args(argv: list[str]) -> list[str]:
+    """``data=<source>`` -> ``data=user data.source=<source>`` where the value is no ``conf/data`` config but
+    names a file, a dataset folder or a hub id (``user_sets.looks_like_source``): a researcher names their
+    set as TRL does, and conf/data/user.yaml holds its column map and answer kind."""
+    from pspo_repro.data.user_sets import looks_like_source
+
+    options = group_options("data", searchpath_dirs(argv))
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key == "data" and value not in options and looks_like_source(value):
+            if "'" in value or "," in value:  # Hydra would read a quote or a comma as syntax (a sweep)
+                raise UsageError(f"data={value}: a source's name may not hold a quote or a comma")
+            out += ["data=user", f"data.source='{value}'"]
+        else:
+            out.append(arg)
+    return out
 
 
 def lr_token_budget(t: DictConfig) -> int | None:
@@ -107,8 +129,11 @@ def validate(cfg: DictConfig):
     from pspo_repro.methods import list_methods, parse_method_config
     from pspo_repro.scoring.rewards import get_reward
 
-    if cfg.method.get("name") not in list_methods():
-        raise UsageError(f"unknown method {cfg.method.get('name')!r}; options: {', '.join(list_methods())}")
+    name = cfg.method.get("name")
+    if name not in list_methods():
+        raise UsageError(
+            f"unknown method {name!r}; {did_you_mean(name, list_methods())}options: {', '.join(list_methods())}"
+        )
     method_cfg = OmegaConf.to_container(cfg.method, resolve=True)
     try:
         method = parse_method_config(method_cfg)
@@ -127,9 +152,13 @@ def validate(cfg: DictConfig):
     if weights is not None and len(weights) != len(funcs):
         raise UsageError(f"reward.weights has {len(weights)} entries for {len(funcs)} reward.funcs")
     from pspo_repro.data import datasets as data
+    from pspo_repro.data.user_sets import UserSet
 
     try:
-        data.get_spec(cfg.data.name)
+        if "source" in cfg.data.keys():  # a user's set: its name (the folder tag) settled here
+            cfg.data.name = UserSet.from_config(cfg.data, "data", cfg.data.get("split") or "train").name
+        else:
+            data.get_spec(cfg.data.name)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     t = cfg.trainer
@@ -263,12 +292,14 @@ def validate_trainer(cfg: DictConfig) -> None:
     if t.get("scale_rewards", "group") not in SCALE_REWARDS:
         raise UsageError(
             f"trainer.scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {t.scale_rewards!r}"
+            f"{did_you_mean_after(t.scale_rewards, SCALE_REWARDS)}"
         )
     if t.vllm_mode not in ("colocate", "server"):
         raise UsageError(f"trainer.vllm_mode must be colocate or server, got {t.vllm_mode!r}")
     if cfg.data.prompt_template not in TEMPLATES:
         raise UsageError(
-            f"unknown data.prompt_template {cfg.data.prompt_template!r}; options: {', '.join(sorted(TEMPLATES))}"
+            f"unknown data.prompt_template {cfg.data.prompt_template!r}; "
+            f"{did_you_mean(cfg.data.prompt_template, TEMPLATES)}options: {', '.join(sorted(TEMPLATES))}"
         )
     from pspo_repro.training.models import train_dtype_name
 

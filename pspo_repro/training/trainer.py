@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from pspo_repro.common.names import did_you_mean_after
 from pspo_repro.methods import aggregate, get_method, method_extra_inputs, method_optional_inputs
 from pspo_repro.methods import rollout_correction as rc
 from pspo_repro.training.sampling import TOKEN_DRAWS, cpu_sampling
@@ -118,14 +119,23 @@ class MethodGRPOTrainer(LossMetricsMixin, GRPOTrainer):
                 )
         check_rollout_correction(method_name, rollout_correction)
         if logprob_head not in LOGPROB_HEADS:
-            raise ValueError(f"logprob_head must be one of {', '.join(LOGPROB_HEADS)}, got {logprob_head!r}")
+            raise ValueError(
+                f"logprob_head must be one of {', '.join(LOGPROB_HEADS)}, got {logprob_head!r}"
+                f"{did_you_mean_after(logprob_head, LOGPROB_HEADS)}"
+            )
         self.logprob_head = logprob_head
         if token_draw not in TOKEN_DRAWS:
-            raise ValueError(f"token_draw must be one of {', '.join(TOKEN_DRAWS)}, got {token_draw!r}")
+            raise ValueError(
+                f"token_draw must be one of {', '.join(TOKEN_DRAWS)}, got {token_draw!r}"
+                f"{did_you_mean_after(token_draw, TOKEN_DRAWS)}"
+            )
         self.token_draw = token_draw
         self.validation_loss = validation_loss
         if old_logps not in OLD_LOGPS:
-            raise ValueError(f"old_logps must be one of {', '.join(OLD_LOGPS)}, got {old_logps!r}")
+            raise ValueError(
+                f"old_logps must be one of {', '.join(OLD_LOGPS)}, got {old_logps!r}"
+                f"{did_you_mean_after(old_logps, OLD_LOGPS)}"
+            )
         # Set before super().__init__: nothing there builds the scheduler, but keep the attribute defined early.
         self._lr_token_budget = lr_token_budget
         super().__init__(*args, **kwargs)

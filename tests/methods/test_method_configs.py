@@ -67,8 +67,10 @@ def test_the_leaderboard_sweeps_no_alias():
 
 
 def test_unknown_method_error_names_the_aliases():
+    # the closest name first (an alias counts), then the full lists
     with pytest.raises(
-        ValueError, match=r"unknown method 'kimi'; valid methods: .*; aliases: kimi15 \(dro\)"
+        ValueError,
+        match=r"unknown method 'kimi'; did you mean kimi15\? valid methods: .*; aliases: kimi15 \(dro\)",
     ):
         get_spec("kimi")
 

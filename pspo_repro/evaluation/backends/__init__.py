@@ -14,6 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pspo_repro.common.names import did_you_mean
+
 log = logging.getLogger(__name__)
 
 
@@ -78,7 +80,8 @@ def resolve_backend_name(name: str) -> str:
         log.info("backend=auto chose %s", chosen)
         return chosen
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; allowed: auto, {', '.join(sorted(BACKENDS))}")
+        hint = did_you_mean(name, ["auto", *BACKENDS])
+        raise ValueError(f"unknown backend {name!r}; {hint}allowed: auto, {', '.join(sorted(BACKENDS))}")
     return name
 
 
