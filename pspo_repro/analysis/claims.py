@@ -133,7 +133,8 @@ def _greater(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     up = d.value > 0
     t = KeyTest(p, "supported" if up else "contradicted", "not resolved",
                 f"{d.label}: {pp(d.value)} points, "
-                + ("bootstrap over runs" if test == "bootstrap" else f"{test} test over {seeds_text(len(d.seeds))}"),
+                + (f"bootstrap over {d.extra.get('resample', 'runs')}" if test == "bootstrap"
+                   else f"{test} test over {seeds_text(len(d.seeds))}"),
                 test)  # fmt: skip
     if test != "bootstrap":
         t.values = _diff_seeds(d)

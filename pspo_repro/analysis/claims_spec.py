@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from pspo_repro.common.names import did_you_mean
 from pspo_repro.common.redact import redact
 
-KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier")
+KINDS = ("accuracy", "compare", "run_stat", "val_reward", "interaction", "collapse", "frontier", "part_step")
 RULES = ("greater", "interaction", "non_inferior", "equivalent", "greater_all", "equivalent_all", "stable", "exceeds", "zero_vs_positive",
          "identical_unless_clipped", "peak", "not_testable")  # fmt: skip
 TESTS = (
@@ -45,6 +45,7 @@ KIND_KEYS = {
     "run_stat": ("a", "stat", "steps", "agg", "percent", "label"),
     "val_reward": ("a", "step", "label"),
     "frontier": ("a", "b", "heldout", "fit", "resample", "label"),
+    "part_step": ("a", "b", "label"),
 }
 # Each rule's keys: (required measurement ids, required lists of ids, optional keys).
 RULE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {

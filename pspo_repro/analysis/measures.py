@@ -30,6 +30,8 @@ value ``analysis.tuning.select`` chooses on validation, recomputed here from the
   mean over seeds.
 - ``val_reward``: validation reward at the last validation step every run of the group reached (the
   paper's alpha ablation reads validation reward), per seed.
+- ``part_step``: the first optimizer step where two groups' parameter checksums (``train/param_sum``) differ,
+  per shared seed.
 """
 
 from __future__ import annotations
@@ -503,5 +505,43 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
                     f"{label}: {pp(value)} [{pp(low)}, {pp(high)}] at gain {pp(g_star)}")  # fmt: skip
 
 
+PARAM_SUM = "train/param_sum"  # trainer.log_param_sum: the float64 sum of every parameter after each step
+
+
+def m_part_step(rec: Records, spec: dict[str, Any]) -> Measured:
+    """``part_step``: per shared seed, the first optimizer step where A's and B's parameter checksums
+    (``train/param_sum``) differ (0: they differ from the first logged step on; NaN: identical throughout),
+    and the median over seeds. Locates where two arms predicted to take the same steps part."""
+    sums = {}
+    for side in ("a", "b"):
+        sel = _run_groups(rec, spec[side])
+        sel = sel[sel["metric"] == PARAM_SUM]
+        if sel.empty:
+            raise ClaimsError(f"{spec['id']}: no run of {describe(spec[side])} logged {PARAM_SUM} "
+                              "(trainer.log_param_sum=true)")  # fmt: skip
+        sums[side] = {int(s): dict(zip(r["step"].astype(int), r["value"].astype(float), strict=True))
+                      for s, r in sel.groupby("seed")}  # fmt: skip
+    seeds: dict[int, float] = {}
+    for seed in sorted(set(sums["a"]) & set(sums["b"])):
+        a, b = sums["a"][seed], sums["b"][seed]
+        steps = sorted(set(a) & set(b))
+        seeds[seed] = float(next((s for s in steps if a[s] != b[s]), math.nan))
+    if not seeds:
+        raise ClaimsError(f"{spec['id']}: {describe(spec['a'])} and {describe(spec['b'])} share no seed")
+    parted = sorted(v for v in seeds.values() if not math.isnan(v))
+    median = float(pd.Series(parted).median()) if parted else math.nan
+    label = spec.get("label", f"{describe(spec['a'])} vs {describe(spec['b'])}: first step that parts")
+    if not parted:
+        span = "never"
+    elif parted[0] == parted[-1]:
+        span = f"step {parted[0]:g} on every seed that parts"
+    else:
+        span = f"steps {parted[0]:g}-{parted[-1]:g}, median {median:g}"
+    text = (f"{label}: parameter checksums ({PARAM_SUM}) first differ at {span}; {len(parted)} of "
+            f"{len(seeds)} seeds part")  # fmt: skip
+    return Measured(spec["id"], label, median, seeds=seeds, text=text, short=f"{label}: {span}")
+
+
 MEASURES = {"accuracy": m_accuracy, "compare": m_compare, "run_stat": m_run_stat, "val_reward": m_val_reward,
-            "interaction": m_interaction, "collapse": m_collapse, "frontier": m_frontier}  # fmt: skip
+            "interaction": m_interaction, "collapse": m_collapse, "frontier": m_frontier,
+            "part_step": m_part_step}  # fmt: skip

@@ -480,3 +480,27 @@ def test_a_verdict_that_flips_within_the_selection_set_is_selection_sensitive(tm
         assert r["verdict_text"] == claims.SELECTION_SENSITIVE
     else:
         assert r["selection"] == [] and r["verdict_text"] == "supported"
+
+
+def test_part_step_is_the_first_step_whose_checksums_differ(tmp_path):
+    import toy_records as T
+
+    T.build(tmp_path)
+    sums = {"pspo": [1.0, 2.0, 3.0, 4.0], "noclip": [1.0, 2.0, 3.5, 4.5], "clip": [1.0, 2.0, 3.0, 4.0]}
+    for method, values in sums.items():
+        for seed in (7, 8):
+            lines = [{"step": i + 1, "train/loss": 0.1, "train/param_sum": v} for i, v in enumerate(values)]
+            T.run(tmp_path, method, seed, tag="ps", lines=lines)
+    rec = measures.Records.read(tmp_path)
+    spec = {
+        "id": "p",
+        "kind": "part_step",
+        "a": {"method": "pspo", "tag": "ps"},
+        "b": {"method": "noclip", "tag": "ps"},
+    }
+    m = measures.m_part_step(rec, spec)
+    assert m.seeds == {7: 3.0, 8: 3.0} and m.value == 3.0 and "step 3 on every seed" in m.text
+    same = measures.m_part_step(rec, {**spec, "b": {"method": "clip", "tag": "ps"}})
+    assert all(math.isnan(v) for v in same.seeds.values()) and "never" in same.text
+    with pytest.raises(ClaimsError, match="train/param_sum"):
+        measures.m_part_step(rec, {**spec, "b": {"method": "clip"}})
