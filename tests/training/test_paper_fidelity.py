@@ -71,7 +71,7 @@ def test_as_run_command_line_keys_still_win():
     [
         (["experiment=paper_qwen2p5_0p5b", "method=pspo", "variant=as_run"], r"no values for method 'pspo'.*: clip$"),
         (["method=clip", "variant=as_run"], r"no values for method 'clip'.*none \(choose an experiment=paper_\* file\)$"),
-        (["method=clip", "variant=asrun"], r"^unknown variant 'asrun'; options: intended, as_run$"),
+        (["method=clip", "variant=asrun"], r"^unknown variant 'asrun'; did you mean as_run\? options: intended, as_run$"),
     ],
 )  # fmt: skip
 def test_bad_variant_is_one_line(overrides, message):
