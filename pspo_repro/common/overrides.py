@@ -43,7 +43,11 @@ def render(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        return (
+            repr(value)
+            if math.isfinite(value)
+            else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        )
     if isinstance(value, str | Path):
         return _text(str(value))
     if isinstance(value, Mapping):

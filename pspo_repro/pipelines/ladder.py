@@ -20,7 +20,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
-from pspo_repro.common.cli import run_command
+from pspo_repro.common.cli import check_number, run_command
+from pspo_repro.common.overrides import override
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
 from pspo_repro.pipelines.markers import read_record
@@ -28,6 +29,38 @@ from pspo_repro.pipelines.markers import read_record
 
 class ScaleError(RuntimeError):
     """A bad ladder setting (exit 2, nothing ran) or a failed rung (exit 1)."""
+
+
+# The Qwen2Config sizes a rung's ``arch`` may set (each a positive integer), and the SFT mix keys of the
+# specialisation pair with their bounds: a value is checked here, where it enters, not by the SFT stage.
+ARCH_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "head_dim", "max_position_embeddings")  # fmt: skip
+SFT_MIX = {
+    "data.n_train": (int, 1, None),
+    "data.heldout_n_train": (int, 0, None),
+    "data.habit_frac": (float, 0, 1),
+}
+
+
+def _checked_arch(name: str, arch: dict[str, Any]) -> dict[str, Any]:
+    """A rung's ``arch`` with every key among ``ARCH_KEYS`` and every value a positive integer (ScaleError)."""
+    for key, value in arch.items():
+        if key not in ARCH_KEYS:
+            raise ScaleError(
+                f"rung {name!r}: arch.{key} is not a size the ladder sets; allowed: {', '.join(ARCH_KEYS)}"
+            )
+        check_number(f"rung {name!r}: arch.{key}", value, int, low=1, error=ScaleError)
+    return arch
+
+
+def _checked_mix(sft: dict[str, Any]) -> dict[str, Any]:
+    """The specialisation's SFT mix with each value of its key's type and bounds (``SFT_MIX``; ScaleError)."""
+    for key, value in sft.items():
+        kind, low, high = SFT_MIX[key]
+        sft[key] = check_number(
+            f"specialisation.sft.{key}", value, kind, low=low, high=high, error=ScaleError
+        )
+    return sft
 
 
 @dataclass
@@ -57,7 +90,7 @@ def bases(cfg: DictConfig) -> list[Base]:
             raise ScaleError(
                 f"rung {r.get('name')!r}: arch must be a mapping of Qwen2Config fields, got {arch!r}"
             )
-        out.append(Base(str(r.get("name")), OmegaConf.to_container(arch)))
+        out.append(Base(str(r.get("name")), _checked_arch(str(r.get("name")), OmegaConf.to_container(arch))))
     _check_names([b.name for b in out])
     spec = cfg.get("specialisation")
     if spec:
@@ -67,12 +100,13 @@ def bases(cfg: DictConfig) -> list[Base]:
                 f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}"
             )
         sft = OmegaConf.to_container(spec.get("sft") or {})
-        allowed = {"data.n_train", "data.heldout_n_train", "data.habit_frac"}
-        if not sft or set(sft) - allowed:
+        if not isinstance(sft, dict) or not sft or set(sft) - set(SFT_MIX):
             raise ScaleError(
-                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(allowed))}"
+                f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(SFT_MIX))}"
             )
-        out.append(Base(str(spec.get("name")), by_name[str(spec.rung)].arch, sft, str(spec.rung)))
+        out.append(
+            Base(str(spec.get("name")), by_name[str(spec.rung)].arch, _checked_mix(sft), str(spec.rung))
+        )
         _check_names([b.name for b in out])
     names = [b.name for b in out]
     only = cfg.get("only")
@@ -93,9 +127,10 @@ def _check_names(names: list[str]) -> None:
 
 
 def sft_overrides(base: Base) -> list[str]:
-    """The rung's ``sft.overrides``: its arch (``++``: added or replaced in conf/sft.yaml's model.arch) and mix."""
-    out = [f"++model.arch.{k}={v}" for k, v in base.arch.items()]
-    return out + [f"{k}={v}" for k, v in base.sft.items()]
+    """The rung's ``sft.overrides``: its arch (``++``: added or replaced in conf/sft.yaml's model.arch) and mix,
+    each rendered by ``overrides.override``."""
+    out = [override(f"++model.arch.{k}", v) for k, v in base.arch.items()]
+    return out + [override(k, v) for k, v in base.sft.items()]
 
 
 def only_rungs(cfg: DictConfig) -> set[str] | None:
@@ -105,11 +140,11 @@ def only_rungs(cfg: DictConfig) -> set[str] | None:
 
 def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
     """``python -m pspo_repro.mini pipeline=<rung_pipeline>`` for one base, in ``<root>/<name>``."""
-    quoted = ",".join(f"'{o}'" for o in sft_overrides(base))
+    # The rung's SFT overrides travel as one list of texts (each quoted by the grammar), never pasted.
     return [
-        sys.executable, "-m", "pspo_repro.mini", f"pipeline={cfg.rung_pipeline}",
-        f"root={root / base.name}", f"reuse_committed={str(bool(cfg.reuse_committed)).lower()}",
-        f"sft.overrides=[{quoted}]", *map(str, cfg.get("rung_args") or []),
+        sys.executable, "-m", "pspo_repro.mini", override("pipeline", str(cfg.rung_pipeline)),
+        override("root", root / base.name), override("reuse_committed", bool(cfg.reuse_committed)),
+        override("sft.overrides", sft_overrides(base)), *map(str, cfg.get("rung_args") or []),
     ]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.pipelines import grid
 from pspo_repro.pipelines import ladder as ladder_pipeline
 from pspo_repro.training.sft import num_parameters
+from tests.pipelines.stage_args import parsed
 
 
 def _compose(overrides=()):
@@ -43,11 +44,13 @@ def test_rung_command(tmp_path):
     cfg = _compose(["rung_args=['parallel=1']"])
     general = ladder_pipeline.bases(cfg)[-1]
     cmd = ladder_pipeline.rung_cmd(cfg, tmp_path, general)
-    assert cmd[1:4] == ["-m", "pspo_repro.mini", "pipeline=scale_rung"]
-    assert f"root={tmp_path / 'h128_l2_general'}" in cmd and "reuse_committed=false" in cmd
-    sft = next(c for c in cmd if c.startswith("sft.overrides="))
-    for part in ("'++model.arch.hidden_size=128'", "'data.n_train=500'", "'data.heldout_n_train=2000'"):
-        assert part in sft
+    assert cmd[1:3] == ["-m", "pspo_repro.mini"]
+    args = parsed(cmd[3:-1])
+    assert args["pipeline"] == "scale_rung" and args["reuse_committed"] is False
+    assert args["root"] == str(tmp_path / "h128_l2_general")
+    sft = parsed(args["sft.overrides"])
+    assert sft["++model.arch.hidden_size"] == 128
+    assert sft["data.n_train"] == 500 and sft["data.heldout_n_train"] == 2000
     assert cmd[-1] == "parallel=1"
 
 
