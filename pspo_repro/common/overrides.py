@@ -2,7 +2,7 @@
 
 A pipeline (the mini's stages, the ladder's rungs, the leaderboard) hands each stage its settings as
 ``key=value`` arguments. A value pasted between quotes can close them (``64','out_dir=/x'`` is three
-overrides), so every value goes through ``override``: text is one quoted string (Hydra's own
+overrides), so every value goes through ``override``: text is bare where Hydra reads it as that text, else one quoted string (Hydra's own
 ``QuotedString.with_quotes`` escapes its quotes and backslashes; an ``${`` is escaped for OmegaConf, so it
 stays text, not an interpolation), lists and dicts are rendered element by element, numbers, booleans and
 null as themselves. ``sweep`` renders a multirun choice, ``primitive`` reads a config author's sweep text
@@ -23,12 +23,31 @@ _KEY_RE = re.compile(r"^(?:\+\+|\+|~)?[A-Za-z_$][A-Za-z0-9_$\-]*(?:[./][A-Za-z0-
 _DICT_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 # Backslashes right before ``${``: OmegaConf reads ``\${`` as a literal ``${`` and ``\\`` there as one ``\``.
 _INTERP_RE = re.compile(r"(\\*)\$\{")
+_BARE_RE = re.compile(r"[A-Za-z0-9_.+\-/@%*?|]+")
+
+
+def _bare(value: str) -> bool:
+    """Whether Hydra reads ``value`` written bare as this very text (``clip``, ``/a/b``): then it needs no
+    quotes, and the stages' own checks of the raw arguments read it as before."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    # Only characters that mean the same inside a list or dict as at the top (no backslash, space, colon, $).
+    if not _BARE_RE.fullmatch(value):
+        return False
+    try:
+        parsed = OverridesParser.create().parse_override(f"k={value}")
+    except Exception:  # Hydra's grammar errors come in several types: not bare text then
+        return False
+    return not parsed.is_sweep_override() and type(parsed.value()) is str and parsed.value() == value
 
 
 def _text(value: str) -> str:
-    """``value`` as one single-quoted Hydra string that OmegaConf keeps as this very text."""
+    """``value`` as Hydra text that OmegaConf keeps as this very text: bare where Hydra reads it so, else
+    single-quoted (Hydra's ``QuotedString.with_quotes``) with any ``${`` escaped for OmegaConf."""
     from hydra.core.override_parser.types import Quote, QuotedString
 
+    if _bare(value):
+        return value
     literal = _INTERP_RE.sub(lambda m: m.group(1) * 2 + "\\${", value)
     return QuotedString(text=literal, quote=Quote.single).with_quotes()
 
@@ -93,3 +112,22 @@ def primitive(what: str, text: Any) -> Any:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_rule(text, "primitive")
+
+
+def quoted_text(value: str) -> str | None:
+    """The text a quoted override value (``'a b'``, as ``render`` writes it) stands for, None when ``value``
+    is not one quoted string (a sweep, a list, an interpolation, or not Hydra's grammar at all)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"k={value}")
+    except Exception:  # Hydra's grammar errors come in several types: not one quoted string then
+        return None
+    text = parsed.value()
+    if parsed.is_sweep_override() or type(text) is not str or not value.startswith(("'", '"')):
+        return None
+    runs = [len(m.group(1)) for m in _INTERP_RE.finditer(text)]
+    if any(n % 2 == 0 for n in runs):  # an unescaped ``${``: a live interpolation, not one text
+        return None
+    # OmegaConf's reading of the escapes ``_text`` wrote: 2k+1 backslashes before ``${`` are k and a literal.
+    return _INTERP_RE.sub(lambda m: m.group(1)[: len(m.group(1)) // 2] + "${", text)
