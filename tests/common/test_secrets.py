@@ -220,11 +220,11 @@ def test_bad_input_reading_a_credential_leaks_it_nowhere(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_training_with_credentials_interpolated_leaks_none(tmp_path, tiny_model_dir):
-    """Two steps of tiny training whose config pulls every fake credential in (notes, a logger key, a
-    literal in a quote-like note): run.json, metrics, checkpoints, Hydra's logs and the console hold none."""
+    """Two steps of tiny training whose config pulls every fake credential in (top-level notes;
+    each value reaches the config): run.json, metrics, checkpoints, Hydra's logs and the console hold none."""
     args = ["model=tiny", "method=noclip", "logger=none", "reward=smoke_length", "trainer.max_steps=2",
             "trainer.max_completion_length=8", "trainer.eval_steps=null", "trainer.save_steps=1",
-            "trainer.disable_tqdm=true", "+notes=${oc.env:DB_PASS}", "+logger.api_key=${oc.env:OPENAI_KEY}",
+            "trainer.disable_tqdm=true", "+notes=${oc.env:DB_PASS}", "+key_note=${oc.env:OPENAI_KEY}",
             "+shape_note=${oc.env:MY_SETTING}", "+blob_note=${oc.env:RANDOM_BLOB}",
             "+pwd_note=${oc.env:MYSQL_PWD}"]  # fmt: skip
     proc = _run("train", args, tmp_path, FAKE_MORE)
