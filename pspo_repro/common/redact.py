@@ -131,15 +131,21 @@ def redact_files(files: dict[Path, str | bytes]) -> dict[Path, str | bytes]:
     }
 
 
-class _RedactingStream:
-    """A text stream (stdout, stderr) that writes each piece of text with the credential values replaced;
-    everything else (``fileno``, ``isatty``, ``buffer``, ``encoding``) is the wrapped stream's."""
+# The values ``install`` replaces: set by its latest call (the environment a command starts with), read by
+# the wrapped streams and the record factory at each write, so a later command in the same process (tests,
+# the warm-start server's children) redacts its own environment's values.
+_installed: list[str] = []
 
-    def __init__(self, stream: Any, secrets: list[str]) -> None:
-        self._stream, self._secrets = stream, secrets
+
+class _RedactingStream:
+    """A text stream (stdout, stderr) that writes each piece of text with the installed credential values
+    replaced; everything else (``fileno``, ``isatty``, ``buffer``, ``encoding``) is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(redact_text(text, self._secrets) if isinstance(text, str) else text)
+        self._stream.write(redact_text(text, _installed) if isinstance(text, str) else text)
         return len(text)  # what the caller wrote, as TextIOBase.write reports
 
     def writelines(self, lines: Any) -> None:
@@ -150,31 +156,37 @@ class _RedactingStream:
         return getattr(self._stream, name)
 
 
+def _redacting_factory(factory: Any) -> Any:
+    """A log-record factory that makes ``factory``'s records with the installed credential values replaced."""
+    import logging
+
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        if _installed:
+            text = record.getMessage()
+            if any(s in text for s in _installed):
+                record.msg, record.args = redact_text(text, _installed), None
+        return record
+
+    make._pspo_redacts = True  # type: ignore[attr-defined]
+    return make
+
+
 def install() -> None:
     """From here on, everything this process prints (error lines, progress, Hydra's and the stages' console
     logs, hence a pipeline's work/logs/*.log, which are its children's stderr) and every log record (Hydra's
     log files too) has the environment's credential values replaced. ``cli.run_command`` calls it first, for
-    every command; a second call adds nothing."""
+    every command; a later call takes the environment of that moment and wraps nothing twice."""
     import logging
     import sys
 
-    secrets = secret_values()
-    if not secrets:
+    _installed[:] = secret_values()
+    if not _installed:
         return
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _RedactingStream):
-            setattr(sys, name, _RedactingStream(stream, secrets))
+            setattr(sys, name, _RedactingStream(stream))
     factory = logging.getLogRecordFactory()
-    if getattr(factory, "_pspo_redacts", False):
-        return
-
-    def redacting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = factory(*args, **kwargs)
-        text = record.getMessage()
-        if any(s in text for s in secrets):
-            record.msg, record.args = redact_text(text, secrets), None
-        return record
-
-    redacting_factory._pspo_redacts = True  # type: ignore[attr-defined]
-    logging.setLogRecordFactory(redacting_factory)
+    if not getattr(factory, "_pspo_redacts", False):
+        logging.setLogRecordFactory(_redacting_factory(factory))

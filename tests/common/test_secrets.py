@@ -149,13 +149,14 @@ def test_install_redacts_what_the_process_prints_and_logs(monkeypatch, capsys, t
 
     from pspo_repro.common import redact as redact_module
 
-    for k, v in FAKE_MORE.items():
-        monkeypatch.setenv(k, v)
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test, as the record factory below
     monkeypatch.setattr(sys, "stderr", sys.stderr)
     monkeypatch.setattr(logging, "_logRecordFactory", logging.getLogRecordFactory())
-    redact_module.install()
-    redact_module.install()  # a second call wraps nothing twice
+    monkeypatch.setenv("WANDB_API_KEY", FAKE["WANDB_API_KEY"])
+    redact_module.install()  # an earlier command in this process, with other credentials
+    for k, v in FAKE_MORE.items():
+        monkeypatch.setenv(k, v)
+    redact_module.install()  # this command's: its values are redacted too, and nothing is wrapped twice
     log = logging.getLogger("pspo_repro.test_secrets")
     handler = logging.FileHandler(tmp_path / "x.log")
     log.addHandler(handler)
@@ -170,6 +171,7 @@ def test_install_redacts_what_the_process_prints_and_logs(monkeypatch, capsys, t
     assert out == f"value {REDACTED}\n" and err == f"error: got '{REDACTED}'\n"
     assert (tmp_path / "x.log").read_text() == f"token {REDACTED}\n"
     assert not isinstance(getattr(sys.stdout, "_stream", None), redact_module._RedactingStream)
+    monkeypatch.setattr(redact_module, "_installed", [])
 
 
 def _scan(root, texts, secrets) -> list[str]:
