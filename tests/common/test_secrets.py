@@ -152,6 +152,7 @@ def test_install_redacts_what_the_process_prints_and_logs(monkeypatch, capsys, t
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test, as the record factory below
     monkeypatch.setattr(sys, "stderr", sys.stderr)
     monkeypatch.setattr(logging, "_logRecordFactory", logging.getLogRecordFactory())
+    monkeypatch.setattr(redact_module, "_installed", list(redact_module._installed))
     monkeypatch.setenv("WANDB_API_KEY", FAKE["WANDB_API_KEY"])
     redact_module.install()  # an earlier command in this process, with other credentials
     for k, v in FAKE_MORE.items():
@@ -171,7 +172,6 @@ def test_install_redacts_what_the_process_prints_and_logs(monkeypatch, capsys, t
     assert out == f"value {REDACTED}\n" and err == f"error: got '{REDACTED}'\n"
     assert (tmp_path / "x.log").read_text() == f"token {REDACTED}\n"
     assert not isinstance(getattr(sys.stdout, "_stream", None), redact_module._RedactingStream)
-    monkeypatch.setattr(redact_module, "_installed", [])
 
 
 def _scan(root, texts, secrets) -> list[str]:
