@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pspo_repro.common.overrides import override, sweep
 from pspo_repro.common.paths import results_dir
 from pspo_repro.common.run_folder import RunFolder
 
@@ -57,11 +58,6 @@ def find_runs(patterns: list[str]) -> tuple[list[Path], list[tuple[Path, str]]]:
     return finished, skipped
 
 
-def hydra_quote(path: Path) -> str:
-    # Quoted, so commas or brackets in a run folder's tag cannot split Hydra's sweep list.
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, passthrough = (
@@ -83,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"[eval_grid] {len(runs)} finished run(s), {len(skipped)} skipped", file=sys.stderr)
     sweep_dir = Path(os.environ.get("PSPO_LOG_DIR", "outputs")) / "eval-multirun"
-    cmd = [sys.executable, "-m", "pspo_repro.evaluate", "-m", "run=" + ",".join(hydra_quote(r) for r in runs)]
+    # Each run folder one quoted value: commas or brackets in a tag cannot split Hydra's sweep list.
+    cmd = [sys.executable, "-m", "pspo_repro.evaluate", "-m", sweep("run", runs)]
     # Our default sweep folder (Slurm logs under .submitit/); a hydra.sweep.dir after `--` wins.
-    cmd += [f"hydra.sweep.dir={sweep_dir}", *passthrough]
+    cmd += [override("hydra.sweep.dir", sweep_dir), *passthrough]
     if a.dry_run:
         print(" ".join(cmd))
         return 0

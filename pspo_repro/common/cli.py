@@ -46,7 +46,10 @@ def in_launcher_job() -> bool:
 def fail(message: str) -> None:
     """Print ``error: <message>`` (newlines folded, so it stays one line) and exit with status 2; in a
     launcher job raise ``UsageError(<message>)`` instead (see the module doc)."""
-    one_line = "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    from pspo_repro.common.redact import redact_text
+
+    # A value in the message may be a resolved ${oc.env:...}: a credential's value never reaches the line.
+    one_line = redact_text("; ".join(part.strip() for part in str(message).splitlines() if part.strip()))
     if in_launcher_job():
         raise UsageError(one_line) from None
     print(f"error: {one_line}", file=sys.stderr, flush=True)
@@ -107,6 +110,32 @@ def secret_args_error(argv: list[str]) -> str | None:
         f"a command-line argument holds the value of {', '.join(names)}; pass credentials through the "
         f"environment only (e.g. ${{oc.env:{names[0]}}}): the command line is saved in logs"
     )
+
+
+# Settings whose value names a folder, tag, quote or label (run_tag, model.name, a rung's name, the
+# leaderboard's tags, a table's caption), matched on the key's last part.
+_NAME_KEY_RE = re.compile(
+    r"(?:^|[._/])(?:run_tag|\w*tags?|\w*names?|labels?|quotes?|titles?|captions?|\w*prefix(?:es)?|only|rungs"
+    r"|method|experiment)$"
+)
+# An interpolation that reads the environment: OmegaConf's ``oc.env`` and the legacy ``env`` resolver.
+_ENV_REF_RE = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:")
+
+
+def env_name_error(argv: list[str]) -> str | None:
+    """One line when an override reads the environment (``${oc.env:...}``, ``${env:...}``) into a setting
+    that names a folder, tag, quote or label (None when none does): such a name is written into folder
+    names, tables and error lines, so an environment value (a credential) would reach them. The line names
+    the key, never the value."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if sep and _NAME_KEY_RE.search(key) and _ENV_REF_RE.search(value):
+            return (
+                f"{key} reads the environment (an oc.env/env interpolation); a setting that names a folder, "
+                "tag, quote or label takes the name itself"
+            )
+    return None
 
 
 def first_line(exc: BaseException | None) -> str:
@@ -230,10 +259,12 @@ def compose_config(config_dir: Path | None, config_name: str, overrides: list[st
 def override_error(
     config_dir: Path | None, config_name: str, overrides: list[str], full: bool = True, secrets: bool = True
 ) -> str | None:
-    """One line when ``overrides`` hold a credential (``secret_args_error``; only with ``secrets``), do not
-    compose (``compose_error``; only with ``full``) or would steer Hydra's own folders (``hydra_dir_error``);
-    None when they are fine."""
+    """One line when ``overrides`` hold a credential (``secret_args_error``; only with ``secrets``), read the
+    environment into a name (``env_name_error``), do not compose (``compose_error``; only with ``full``) or
+    would steer Hydra's own folders (``hydra_dir_error``); None when they are fine."""
     if secrets and (err := secret_args_error(overrides)):
+        return err
+    if err := env_name_error(overrides):
         return err
     err, composed = _checked_compose(config_dir, config_name, overrides) if full else (None, None)
     return err or hydra_dir_error(config_dir, config_name, overrides, composed)
@@ -268,9 +299,11 @@ def run_command(
 
     import hydra
 
+    from pspo_repro.common import redact
     from pspo_repro.common.output_dirs import env_folders_problem
     from pspo_repro.common.paths import CONF_DIR, absolutize_args
 
+    redact.install()  # no credential's value in anything this command prints or logs
     args = list(sys.argv[1:] if argv is None else argv)
     config_dir = None if structured else CONF_DIR
     try:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pspo_repro.common.overrides import override, quoted_text
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = PROJECT_ROOT / "conf"  # the Hydra configs of every entry point
 
@@ -79,7 +81,11 @@ def absolutize_args(argv: list[str], keys: tuple[str, ...] = PATH_ARGS) -> list[
         key, sep, value = arg.partition("=")
         bare = key.lstrip("+~")
         local_tokenizer = bare == "model.tokenizer" and value.startswith((".", "~"))
-        if sep and (bare in keys or local_tokenizer) and value not in ("", "null"):
+        if sep and value.startswith(("'", '"')):  # a quoted folder (overrides.override): its text
+            text = quoted_text(value)
+            if bare in keys and text is not None and not os.path.isabs(os.path.expanduser(text)):
+                arg = override(key, os.path.abspath(os.path.expanduser(text)))
+        elif sep and (bare in keys or local_tokenizer) and value not in ("", "null"):
             if any(c in value for c in "$,()[]"):  # interpolations and sweeps: left to Hydra
                 out.append(arg)
                 continue

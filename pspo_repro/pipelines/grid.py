@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.analysis.tuning import Selection, TuningError, select
 from pspo_repro.common.names import did_you_mean_after
+from pspo_repro.common.overrides import override, primitive, sweep
 from pspo_repro.common.paths import CONF_DIR
 from pspo_repro.common.run_dir import swept_tag, tagging_key
 from pspo_repro.common.run_folder import RunFolder
@@ -44,27 +45,31 @@ def sft_cmd(cfg: DictConfig, root: Path) -> list[str]:
     """``python -m pspo_repro.sft`` into ``work/sft``, on the same data seed and sizes as the data stage."""
     return [
         sys.executable, "-m", "pspo_repro.sft",
-        f"out_dir={root / 'work' / 'sft'}",
-        f"threads={int(cfg.sft.threads)}",
-        f"data.seed={int(cfg.data.seed)}",
-        f"data.n_train={int(cfg.data.sizes.train)}",
-        f"data.n_val={int(cfg.data.sizes.validation)}",
-        f"data.heldout_n_train={int((cfg.data.get('heldout_sizes') or {}).get('train', 0))}",
-        f"prompt_template={cfg.prompt_template}",
+        override("out_dir", root / "work" / "sft"),
+        override("threads", int(cfg.sft.threads)),
+        override("data.seed", int(cfg.data.seed)),
+        override("data.n_train", int(cfg.data.sizes.train)),
+        override("data.n_val", int(cfg.data.sizes.validation)),
+        override("data.heldout_n_train", int((cfg.data.get("heldout_sizes") or {}).get("train", 0))),
+        override("prompt_template", str(cfg.prompt_template)),
         *map(str, cfg.sft.overrides),
     ]  # fmt: skip
 
 
-def sweep_text(value: Any) -> str:
-    """A sweep value as Hydra's comma list (a list, e.g. ``${registered_methods:}``, is joined)."""
-    if OmegaConf.is_list(value) or isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
 def sweep_values(value: Any) -> list[str]:
-    """A sweep value's entries (``sweep_text`` split at its commas)."""
-    return [v.strip() for v in sweep_text(value).split(",")]
+    """A sweep value's entries: a list's items, or a text's parts between commas (``"clip,pspo"``)."""
+    if OmegaConf.is_list(value) or isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return [v.strip() for v in str(value).split(",")]
+
+
+def sweep_arg(what: str, key: str, values: list[str]) -> str:
+    """The multirun override of one swept ``key`` (``overrides.sweep``): each value read as the plain word or
+    number it must be (``overrides.primitive``; StageError naming ``what`` otherwise), never pasted."""
+    try:
+        return sweep(key, [primitive(f"{what}.{key}", v) for v in values])
+    except ValueError as exc:
+        raise StageError(str(exc)) from None
 
 
 def group_seeds(cfg: DictConfig, group: DictConfig) -> list[int]:
@@ -167,19 +172,19 @@ def run_status(folder: Path) -> str | None:
 
 
 def _rl_job(
-    cfg: DictConfig, root: Path, group: DictConfig, name: str, sweep: dict[str, str], cost: float
+    cfg: DictConfig, root: Path, group: DictConfig, name: str, points: dict[str, list[str]], cost: float
 ) -> Job:
-    """One Hydra multirun of pspo_repro.train: the group's sweep point(s) over its seeds."""
-    seeds = ",".join(map(str, group_seeds(cfg, group)))
+    """One Hydra multirun of pspo_repro.train: the group's sweep point(s) (``{key: values}``) over its seeds."""
+    what = f"rl group {group.name}: sweep"
     cmd = [
         sys.executable, "-m", "pspo_repro.train", "-m",
-        f"experiment={group.get('experiment') or cfg.rl.experiment}",
-        f"data.prompt_template={cfg.prompt_template}",
-        *([f"run_tag={group.tag}"] if group.get("tag") else []),
-        *[f"{k}={v}" for k, v in sweep.items()],
-        f"seed={seeds}",
-        f"hydra/launcher={cfg.rl.launcher}",
-        f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
+        override("experiment", str(group.get("experiment") or cfg.rl.experiment)),
+        override("data.prompt_template", str(cfg.prompt_template)),
+        *([override("run_tag", str(group.tag))] if group.get("tag") else []),
+        *[sweep_arg(what, k, v) for k, v in points.items()],
+        sweep("seed", group_seeds(cfg, group)),
+        override("hydra/launcher", str(cfg.rl.launcher)),
+        override("hydra.sweep.dir", root / "work" / "hydra" / name),
         *map(str, cfg.rl.overrides),
     ]  # fmt: skip
     # A sweep whose runs a select group reads goes first: the tuned runs can start as soon as it ends.
@@ -198,8 +203,11 @@ def _select_job(cfg: DictConfig, root: Path, group: DictConfig, i: int, points: 
     """The ``select`` group's job of sweep point ``i`` at the value its tuning runs chose (TuningError while
     they are missing or unfinished)."""
     values = selected_values(group, _selection(root, group, points[i]))
-    point = {**points[i], str(group.select.key): ",".join(values)}  # a Hydra sweep over the selection set
-    return _rl_job(cfg, root, group, _select_name(group, i, len(points)), {k: str(v) for k, v in point.items()},
+    point = {
+        **{k: [v] for k, v in points[i].items()},
+        str(group.select.key): values,
+    }  # over the selection set
+    return _rl_job(cfg, root, group, _select_name(group, i, len(points)), point,
                    float(group.get("cost", 1.0)) / len(points))  # fmt: skip
 
 
@@ -221,8 +229,8 @@ def rl_jobs(cfg: DictConfig, root: Path, phase: str = "all") -> list[Job]:
                 points = sweep_points(group)
                 jobs += [_select_job(cfg, root, group, i, points) for i in range(len(points))]
         elif phase != "select":
-            sweep = {k: sweep_text(v) for k, v in group.sweep.items()}
-            jobs.append(_rl_job(cfg, root, group, f"rl-{group.name}", sweep, float(group.get("cost", 1.0))))
+            points = {k: sweep_values(v) for k, v in group.sweep.items()}
+            jobs.append(_rl_job(cfg, root, group, f"rl-{group.name}", points, float(group.get("cost", 1.0))))
     return jobs
 
 
@@ -244,11 +252,6 @@ def ready_select_jobs(cfg: DictConfig, root: Path, issued: set[str]) -> list[Job
             issued.add(job.name)
             jobs.append(job)
     return jobs
-
-
-def _hydra_quote(path: Path) -> str:
-    # Quoted, so a comma or bracket in a folder name cannot split Hydra's sweep list (as scripts/eval_grid.py).
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _last(overrides: list[str], key: str) -> str | None:
@@ -276,7 +279,8 @@ def _evaluate_cmd(*args: str) -> list[str]:
 
 
 def _run_targets(chunk: list[Path]) -> str:
-    return "run=" + ",".join(_hydra_quote(r) for r in chunk)
+    # Each folder one quoted value, so a comma or bracket in its name cannot split Hydra's sweep list.
+    return sweep("run", chunk)
 
 
 def _eval_runs(cfg: DictConfig, root: Path) -> list[tuple[str, str, Path]]:
@@ -334,7 +338,7 @@ def _run_jobs(
             if not chunk:
                 continue
             name = f"eval-{i}" if g == 0 else f"eval-{g}-{i}"
-            cmd = _evaluate_cmd("-m", _run_targets(chunk), f"hydra.sweep.dir={root / 'work' / 'hydra' / name}",
+            cmd = _evaluate_cmd("-m", _run_targets(chunk), override("hydra.sweep.dir", root / "work" / "hydra" / name),
                                 *common, *added)  # fmt: skip
             jobs.append(Job(name, cmd, float(len(chunk) * per_model)))
     return jobs
@@ -356,10 +360,12 @@ def _heldout_jobs(
     for i in range(parts):
         chunk = folders[i::parts]
         if i == parts - 1 and cfg.eval.baseline and not cells_done(root, base_cells, held_common):
-            jobs.append(Job("eval-heldout-baseline", _evaluate_cmd(f"model={MODEL_NAME}", *held_common), 0.5))
+            jobs.append(
+                Job("eval-heldout-baseline", _evaluate_cmd(override("model", MODEL_NAME), *held_common), 0.5)
+            )
         if chunk:
             cmd = _evaluate_cmd("-m", _run_targets(chunk),
-                                f"hydra.sweep.dir={root / 'work' / 'hydra' / f'eval-heldout-{i}'}", *held_common)  # fmt: skip
+                                override("hydra.sweep.dir", root / "work" / "hydra" / f"eval-heldout-{i}"), *held_common)  # fmt: skip
             jobs.append(Job(f"eval-heldout-{i}", cmd, float(len(chunk)) * 0.5))
     return jobs
 
@@ -381,7 +387,7 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
             f"baseline{did_you_mean_after(unknown[0], [*methods, 'baseline']) if len(unknown) == 1 else ''}"
         )
     runs = _eval_runs(cfg, root)
-    common = [f"prompt_template={cfg.prompt_template}", *map(str, cfg.eval.overrides)]
+    common = [override("prompt_template", str(cfg.prompt_template)), *map(str, cfg.eval.overrides)]
     parts = max(1, int(cfg.parallel))
     overrides_of = _overrides_by_run(cfg, extra)
     groups: dict[tuple[str, ...], list[Path]] = {}
@@ -394,7 +400,7 @@ def eval_jobs(cfg: DictConfig, root: Path) -> tuple[list[Job], int]:
     base_cells = root / "eval" / MODEL_NAME / "baseline" / "seed0"
     if cfg.eval.baseline and not cells_done(root, base_cells, [*common, *extra.get("baseline", [])]):
         added = extra.get("baseline", [])
-        cmd = _evaluate_cmd(f"model={MODEL_NAME}", *common, *added)
+        cmd = _evaluate_cmd(override("model", MODEL_NAME), *common, *added)
         jobs.append(Job("eval-baseline", cmd, float(1 + _n_samples([*common, *added]))))
         n += 1
     jobs += _heldout_jobs(cfg, root, common, [r for _, _, r in runs], parts)
@@ -455,23 +461,29 @@ def ablation_step(cfg: DictConfig, root: Path) -> int | None:
 
 def aggregate_cmd(cfg: DictConfig, root: Path) -> list[str]:
     """``python -m pspo_repro.aggregate`` over ``root`` into ``root`` (the committed tables and figures)."""
-    cmd = [sys.executable, "-m", "pspo_repro.aggregate", f"results_dir={root}", f"out_dir={root}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pspo_repro.aggregate",
+        override("results_dir", root),
+        override("out_dir", root),
+    ]
     # Table 8 from the runs tagged with the ablation prefix only. None set: aggregate's own default
     # (alpha_ablation, the tag of experiment=alpha_ablation runs), which no mini run carries: no table.
     prefix = cfg.aggregate.get("ablation_tag_prefix")
     if prefix:
-        cmd.append(f"ablation.tag_prefix={prefix}")
+        cmd.append(override("ablation.tag_prefix", str(prefix)))
     step = ablation_step(cfg, root) if (root / "runs").is_dir() else None
     if step:
-        cmd.append(f"ablation.step={step}")
+        cmd.append(override("ablation.step", int(step)))
     return [*cmd, *map(str, cfg.aggregate.overrides)]
 
 
 def regime_cmds(cfg: DictConfig, root: Path) -> list[Job]:
     """``python -m pspo_repro.regime`` per ``aggregate.regime`` entry (table name -> run tag; null: none)."""
     return [
-        Job(f"regime-{name}", [sys.executable, "-m", "pspo_repro.regime", f"results_dir={root}",
-                               f"out_dir={root}", f"tag={tag or ''}", f"name={name}"],
+        Job(f"regime-{name}", [sys.executable, "-m", "pspo_repro.regime", override("results_dir", root),
+                               override("out_dir", root), override("tag", str(tag or "")), override("name", str(name))],
             log=root / "work" / "logs" / f"regime-{name}.log")
         for name, tag in (cfg.aggregate.get("regime") or {}).items()
         if tag is not None  # null: that table is switched off
@@ -490,9 +502,9 @@ def claims_cmds(cfg: DictConfig, root: Path) -> list[Job]:
         sys.executable,
         "-m",
         "pspo_repro.claims",
-        f"results_dir={root}",
-        f"out_dir={root}",
-        f"spec={path}",
+        override("results_dir", root),
+        override("out_dir", root),
+        override("spec", path),
     ]
     return [Job("claims", cmd, log=root / "work" / "logs" / "claims.log")]
 
@@ -502,6 +514,12 @@ def leaderboard_cmds(cfg: DictConfig, root: Path) -> list[Job]:
     spec = cfg.aggregate.get("leaderboard")
     if not spec:
         return []
-    cmd = [sys.executable, "-m", "pspo_repro.leaderboard", f"results_dir={root}", f"out_dir={root}"]
-    cmd += [f"{key}={spec[key] or ''}" for key in ("tag", "offpolicy_tag") if key in spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pspo_repro.leaderboard",
+        override("results_dir", root),
+        override("out_dir", root),
+    ]
+    cmd += [override(key, str(spec[key] or "")) for key in ("tag", "offpolicy_tag") if key in spec]
     return [Job("leaderboard", cmd, log=root / "work" / "logs" / "leaderboard.log")]

@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from pspo_repro.common.paths import PROJECT_ROOT
+from pspo_repro.common.redact import redact_text
 from pspo_repro.pipelines import warm_start
 
 POLL_S = 2.0  # progress bar refresh
@@ -93,7 +94,9 @@ def run_jobs(
                 assert job.log is not None
                 job.log.parent.mkdir(parents=True, exist_ok=True)
                 with open(job.log, "w") as fh:
-                    fh.write("$ " + " ".join(job.cmd) + "\n")
+                    fh.write(
+                        redact_text("$ " + " ".join(job.cmd)) + "\n"
+                    )  # the stage's own lines are redacted by it
                 job.proc = warm_start.start(job.cmd, PROJECT_ROOT, env, job.log)
                 running.append(job)
             time.sleep(WAIT_S)

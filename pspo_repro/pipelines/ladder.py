@@ -9,9 +9,7 @@ ladder's tables, figure and claim-13 verdict from every rung's records.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,7 +20,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pspo_repro.common.atomic import write_json
-from pspo_repro.common.cli import run_command
+from pspo_repro.common.cli import check_number, run_command
+from pspo_repro.common.overrides import override
 from pspo_repro.common.paths import CONF_DIR, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name, no_symlink_escape
 from pspo_repro.pipelines.markers import read_record
@@ -30,6 +29,38 @@ from pspo_repro.pipelines.markers import read_record
 
 class ScaleError(RuntimeError):
     """A bad ladder setting (exit 2, nothing ran) or a failed rung (exit 1)."""
+
+
+# The Qwen2Config sizes a rung's ``arch`` may set (each a positive integer), and the SFT mix keys of the
+# specialisation pair with their bounds: a value is checked here, where it enters, not by the SFT stage.
+ARCH_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "head_dim", "max_position_embeddings")  # fmt: skip
+SFT_MIX = {
+    "data.n_train": (int, 1, None),
+    "data.heldout_n_train": (int, 0, None),
+    "data.habit_frac": (float, 0, 1),
+}
+
+
+def _checked_arch(name: str, arch: dict[str, Any]) -> dict[str, Any]:
+    """A rung's ``arch`` with every key among ``ARCH_KEYS`` and every value a positive integer (ScaleError)."""
+    for key, value in arch.items():
+        if key not in ARCH_KEYS:
+            raise ScaleError(
+                f"rung {name!r}: arch.{key} is not a size the ladder sets; allowed: {', '.join(ARCH_KEYS)}"
+            )
+        check_number(f"rung {name!r}: arch.{key}", value, int, low=1, error=ScaleError)
+    return arch
+
+
+def _checked_mix(sft: dict[str, Any]) -> dict[str, Any]:
+    """The specialisation's SFT mix with each value of its key's type and bounds (``SFT_MIX``; ScaleError)."""
+    for key, value in sft.items():
+        kind, low, high = SFT_MIX[key]
+        sft[key] = check_number(
+            f"specialisation.sft.{key}", value, kind, low=low, high=high, error=ScaleError
+        )
+    return sft
 
 
 @dataclass
@@ -72,67 +103,18 @@ def bases(cfg: DictConfig) -> list[Base]:
                 f"specialisation.rung={spec.get('rung')!r}: not a rung; rungs: {', '.join(by_name)}"
             )
         sft = OmegaConf.to_container(spec.get("sft") or {})
-        if not sft or set(sft) - set(SFT_MIX):
+        if not isinstance(sft, dict) or not sft or set(sft) - set(SFT_MIX):
             raise ScaleError(
                 f"specialisation.sft={sft!r}: give the SFT mix, keys among {', '.join(sorted(SFT_MIX))}"
             )
-        for key, value in sft.items():
-            ok, allowed = SFT_MIX[key]
-            if not ok(value):
-                raise ScaleError(f"specialisation.sft.{key}={value!r}: allowed {allowed}")
         name = _name("specialisation.name", spec.get("name"))
-        out.append(Base(name, by_name[str(spec.rung)].arch, sft, str(spec.rung)))
+        out.append(Base(name, by_name[str(spec.rung)].arch, _checked_mix(sft), str(spec.rung)))
         _check_names([b.name for b in out])
     names = [b.name for b in out]
     only = cfg.get("only")
     if only is not None and (not OmegaConf.is_list(only) or set(map(str, only)) - set(names)):
         raise ScaleError(f"only={only!r}: a list of base names among {', '.join(names)}")
     return out
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-# The specialisation's SFT mix: the keys it may set, each with its rule (a row count, a share).
-SFT_MIX: dict[str, tuple[Any, str]] = {
-    "data.n_train": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (rows of the rewarded task)"),
-    "data.heldout_n_train": (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (rows of the held-out skill)"),
-    "data.habit_frac": (
-        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1,
-        "a number in [0, 1]",
-    ),
-}
-
-
-# The Qwen2Config fields a rung's arch may set that are sizes or counts (integers >= 1); any other field
-# takes a number, true/false or a plain word (hidden_act: silu).
-ARCH_INT_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                   "num_key_value_heads", "head_dim", "max_position_embeddings", "max_window_layers",
-                   "sliding_window")  # fmt: skip
-_ARCH_KEY = re.compile(r"[a-z][a-z0-9_]*")
-_ARCH_WORD = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
-
-
-def _checked_arch(rung: str, arch: dict[str, Any]) -> dict[str, Any]:
-    """``arch`` when every field is a plain name and every value what the field takes, else ScaleError
-    naming the field (``hidden_size=64.5`` or ``sixty`` used to fail with a traceback)."""
-    for key, value in arch.items():
-        if not isinstance(key, str) or not _ARCH_KEY.fullmatch(key):
-            raise ScaleError(f"rung {rung!r}: arch field {key!r} is not a Qwen2Config field name")
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if key in ARCH_INT_FIELDS:
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ScaleError(f"rung {rung!r}: arch.{key}={value!r}: allowed an integer >= 1")
-        elif not (
-            isinstance(value, bool)
-            or (number and math.isfinite(value))
-            or (isinstance(value, str) and _ARCH_WORD.fullmatch(value))
-        ):
-            raise ScaleError(
-                f"rung {rung!r}: arch.{key}={value!r}: allowed a finite number, true/false or a plain word"
-            )
-    return arch
 
 
 def _name(where: str, value: Any) -> str:
@@ -154,9 +136,10 @@ def _check_names(names: list[str]) -> None:
 
 
 def sft_overrides(base: Base) -> list[str]:
-    """The rung's ``sft.overrides``: its arch (``++``: added or replaced in conf/sft.yaml's model.arch) and mix."""
-    out = [f"++model.arch.{k}={v}" for k, v in base.arch.items()]
-    return out + [f"{k}={v}" for k, v in base.sft.items()]
+    """The rung's ``sft.overrides``: its arch (``++``: added or replaced in conf/sft.yaml's model.arch) and mix,
+    each rendered by ``overrides.override``."""
+    out = [override(f"++model.arch.{k}", v) for k, v in base.arch.items()]
+    return out + [override(k, v) for k, v in base.sft.items()]
 
 
 def only_rungs(cfg: DictConfig) -> set[str] | None:
@@ -166,11 +149,11 @@ def only_rungs(cfg: DictConfig) -> set[str] | None:
 
 def rung_cmd(cfg: DictConfig, root: Path, base: Base) -> list[str]:
     """``python -m pspo_repro.mini pipeline=<rung_pipeline>`` for one base, in ``<root>/<name>``."""
-    quoted = ",".join(f"'{o}'" for o in sft_overrides(base))
+    # The rung's SFT overrides travel as one list of texts (each quoted by the grammar), never pasted.
     return [
-        sys.executable, "-m", "pspo_repro.mini", f"pipeline={cfg.rung_pipeline}",
-        f"root={root / base.name}", f"reuse_committed={str(bool(cfg.reuse_committed)).lower()}",
-        f"sft.overrides=[{quoted}]", *map(str, cfg.get("rung_args") or []),
+        sys.executable, "-m", "pspo_repro.mini", override("pipeline", str(cfg.rung_pipeline)),
+        override("root", root / base.name), override("reuse_committed", bool(cfg.reuse_committed)),
+        override("sft.overrides", sft_overrides(base)), *map(str, cfg.get("rung_args") or []),
     ]  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from pspo_repro.common.names import did_you_mean_each
 from pspo_repro.common.paths import CONF_DIR, PROJECT_ROOT, results_dir
 from pspo_repro.common.safe_paths import UnsafePathError, check_name
-from pspo_repro.pipelines.grid import sweep_values
+from pspo_repro.pipelines.grid import sweep_arg, sweep_values
 from pspo_repro.pipelines.jobs import StageError
 from pspo_repro.pipelines.markers import STAGES, marker_path
 
@@ -58,6 +58,7 @@ def check_settings(cfg: DictConfig) -> list[str]:
         check_file_names(cfg)
     except UnsafePathError as exc:
         raise SettingsError(str(exc)) from None
+    check_sweeps(cfg)
     check_output_folders(cfg)
     check_groups(cfg)
     check_table_settings(cfg)
@@ -167,6 +168,20 @@ def check_output_folders(cfg: DictConfig) -> None:
     root = pipeline_root(cfg)
     if why := folder_problem(root):
         raise SettingsError(f"cannot write the pipeline's outputs under root={root}: {why}")
+
+
+def check_sweeps(cfg: DictConfig) -> None:
+    """Every rl group's swept values and ``select.values`` are plain words or numbers (``grid.sweep_arg``, the
+    rendering the rl stage uses), refused here in one line rather than when the stage starts."""
+    for i, group in enumerate(cfg.rl.groups):
+        swept = dict(group.get("sweep") or {})
+        if group.get("select"):
+            swept[str(group.select.key)] = group.select.get("values")
+        for key, value in swept.items():
+            try:
+                sweep_arg(f"rl.groups[{i}].sweep", str(key), sweep_values(value))
+            except StageError as exc:
+                raise SettingsError(str(exc)) from None
 
 
 def check_file_names(cfg: DictConfig) -> None:

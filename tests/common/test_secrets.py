@@ -108,3 +108,128 @@ def test_a_secret_on_the_command_line_is_refused(module, tmp_path, monkeypatch, 
     assert exc.value.code == 2 and len(err) == 1, err
     assert "holds the value of HF_TOKEN" in err[0] and FAKE["HF_TOKEN"] not in err[0]
     assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+# Credentials that the name-only redaction of round four let through (issue 59): names ending in _KEY or
+# _PASS, and values of credential shape under an ordinary name.
+FAKE_MORE = {
+    "OPENAI_KEY": "sk-FAKEopenaikey0123456789",
+    "DB_PASS": "fakeDbPassw0rd99",
+    "MYSQL_PWD": "fakeMysqlPwd777",
+    "HF_TOKEN": "hf_FAKEtoken0123456789abc",
+    "MY_SETTING": "hf_FAKEshapeOnly0123456789",
+    "RANDOM_BLOB": "Zq7XkP2mW9vR4tY8bN3cL6sD",
+}
+NOT_SECRETS = {
+    "PSPO_TEST_MODEL": "Qwen2.5-Math-1.5B-Instruct",
+    "PSPO_TEST_SHA": "0123456789abcdef0123456789abcdef01234567",
+    "PSPO_TEST_CACHE_KEY": "/tmp/some/cache/folder",  # a path under a credential-like name
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def test_credentials_by_name_ending_and_by_value_shape(monkeypatch):
+    from pspo_repro.common.redact import secret_values
+
+    for k, v in {**FAKE_MORE, **NOT_SECRETS}.items():
+        monkeypatch.setenv(k, v)
+    found = set(secret_values())
+    assert set(FAKE_MORE.values()) <= found
+    assert not set(NOT_SECRETS.values()) & found
+    text = f"tag {FAKE_MORE['DB_PASS']} in {NOT_SECRETS['PSPO_TEST_CACHE_KEY']} of {NOT_SECRETS['PSPO_TEST_MODEL']}"
+    assert redact({"quote": text})["quote"] == (
+        f"tag {REDACTED} in {NOT_SECRETS['PSPO_TEST_CACHE_KEY']} of {NOT_SECRETS['PSPO_TEST_MODEL']}"
+    )
+
+
+def test_install_redacts_what_the_process_prints_and_logs(monkeypatch, capsys, tmp_path):
+    """``redact.install`` (every command's start): print, stderr and every log record, a log file too."""
+    import logging
+    import sys
+
+    from pspo_repro.common import redact as redact_module
+
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # restored after the test, as the record factory below
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    monkeypatch.setattr(logging, "_logRecordFactory", logging.getLogRecordFactory())
+    monkeypatch.setattr(redact_module, "_installed", list(redact_module._installed))
+    monkeypatch.setenv("WANDB_API_KEY", FAKE["WANDB_API_KEY"])
+    redact_module.install()  # an earlier command in this process, with other credentials
+    for k, v in FAKE_MORE.items():
+        monkeypatch.setenv(k, v)
+    redact_module.install()  # this command's: its values are redacted too, and nothing is wrapped twice
+    log = logging.getLogger("pspo_repro.test_secrets")
+    handler = logging.FileHandler(tmp_path / "x.log")
+    log.addHandler(handler)
+    try:
+        print(f"value {FAKE_MORE['OPENAI_KEY']}")
+        print(f"error: got {FAKE_MORE['DB_PASS']!r}", file=sys.stderr)
+        log.warning("token %s", FAKE_MORE["HF_TOKEN"])
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    out, err = capsys.readouterr()
+    assert out == f"value {REDACTED}\n" and err == f"error: got '{REDACTED}'\n"
+    assert (tmp_path / "x.log").read_text() == f"token {REDACTED}\n"
+    assert not isinstance(getattr(sys.stdout, "_stream", None), redact_module._RedactingStream)
+
+
+def _scan(root, texts, secrets) -> list[str]:
+    """Where a secret's value occurs: each file under ``root`` (gzip opened) and each of ``texts``."""
+    found = [
+        f"{name} in {where}" for where, text in texts.items() for name, v in secrets.items() if v in text
+    ]
+    return found + _leaks(root, secrets)
+
+
+def _run(module, args, tmp_path, secrets):
+    """``python -m pspo_repro.<module> args`` in ``tmp_path`` with ``secrets`` in its environment."""
+    import os
+    import subprocess
+    import sys
+
+    from pspo_repro.common.paths import PROJECT_ROOT
+
+    env = {**os.environ, **secrets, "PYTHONPATH": str(PROJECT_ROOT), "PSPO_RESULTS_DIR": str(tmp_path / "results"),
+           "PSPO_LOG_DIR": str(tmp_path / "logs"), "PSPO_CACHE_DIR": os.environ.get("PSPO_CACHE_DIR", "")}  # fmt: skip
+    env = {k: v for k, v in env.items() if v}
+    return subprocess.run([sys.executable, "-m", f"pspo_repro.{module}", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+# Bad input that reads a credential through an interpolation: each is refused, and neither its error
+# line nor anything it wrote holds the value (round four printed the resolved value verbatim).
+BAD_WITH_SECRETS = [
+    ("train", ["model=tiny", "trainer.logprob_head=${oc.env:DB_PASS}"]),
+    ("train", ["model=tiny", "method.rollout_correction=${oc.env:OPENAI_KEY}"]),
+    ("train", ["model=tiny", "run_tag=${oc.env:DB_PASS}"]),
+    ("aggregate", ["expected_seeds=${oc.env:MYSQL_PWD}"]),
+    ("scale", ["only=[${oc.env:HF_TOKEN}]"]),
+    ("mini", ["parallel=${oc.env:MY_SETTING}"]),
+]
+
+
+@pytest.mark.slow
+def test_bad_input_reading_a_credential_leaks_it_nowhere(tmp_path):
+    streams = {}
+    for i, (module, args) in enumerate(BAD_WITH_SECRETS):
+        proc = _run(module, args, tmp_path, FAKE_MORE)
+        assert proc.returncode != 0, (module, args, proc.stdout[-500:])
+        assert proc.stderr.strip().splitlines()[-1].startswith("error: "), (module, args, proc.stderr[-500:])
+        streams[f"#{i} {module} stdout"], streams[f"#{i} {module} stderr"] = proc.stdout, proc.stderr
+    assert _scan(tmp_path, streams, FAKE_MORE) == []
+
+
+@pytest.mark.slow
+def test_tiny_training_with_credentials_interpolated_leaks_none(tmp_path, tiny_model_dir):
+    """Two steps of tiny training whose config pulls every fake credential in (top-level notes;
+    each value reaches the config): run.json, metrics, checkpoints, Hydra's logs and the console hold none."""
+    args = ["model=tiny", "method=noclip", "logger=none", "reward=smoke_length", "trainer.max_steps=2",
+            "trainer.max_completion_length=8", "trainer.eval_steps=null", "trainer.save_steps=1",
+            "trainer.disable_tqdm=true", "+notes=${oc.env:DB_PASS}", "+key_note=${oc.env:OPENAI_KEY}",
+            "+shape_note=${oc.env:MY_SETTING}", "+blob_note=${oc.env:RANDOM_BLOB}",
+            "+pwd_note=${oc.env:MYSQL_PWD}"]  # fmt: skip
+    proc = _run("train", args, tmp_path, FAKE_MORE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list((tmp_path / "results").rglob("run.json"))
+    assert _scan(tmp_path, {"stdout": proc.stdout, "stderr": proc.stderr}, FAKE_MORE) == []

@@ -17,6 +17,7 @@ from pspo_repro.common.paths import PROJECT_ROOT
 from pspo_repro.pipelines import committed_copy, cpu_pipeline, grid, markers
 from pspo_repro.pipelines import jobs as pipeline_jobs
 from pspo_repro.pipelines import settings as pipeline_settings
+from tests.pipelines.stage_args import parsed
 
 # 32/8/8 problems, a 4-step SFT, 2 methods x 1 seed of ~2 rollouts (conf/experiment/mini_smoke.yaml),
 # 8 test problems at T = 0 and 0.8.
@@ -38,6 +39,10 @@ SMOKE = [
 ]
 
 
+def _listed(value):
+    return [value] if isinstance(value, str) else value
+
+
 def _compose(overrides: list[str]):
     return compose_config(PROJECT_ROOT / "conf", "mini", overrides)
 
@@ -49,13 +54,11 @@ def test_config_composes_and_run_list():
     assert methods == {"clip", "noclip", "pspo", "sapo", "topr", "p3o", "dppo_binary_tv"}
     assert len(runs) == 7 * 3 + 2 * 2  # 7 methods x 3 seeds; clip, pspo off-policy x 2 seeds
     assert {t for _, t, _ in runs} == {"", "offpolicy"}
-    jobs = {j.name: j.cmd for j in grid.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
-    assert (
-        "experiment=mini_offpolicy" in jobs["rl-offpolicy_a"]
-        and "run_tag=offpolicy" in jobs["rl-offpolicy_a"]
-    )
-    assert "seed=0,1" in jobs["rl-offpolicy_a"] and "seed=0,1,2" in jobs["rl-main_a"]
-    assert all("data.prompt_template=none" in cmd for cmd in jobs.values())
+    jobs = {j.name: parsed(j.cmd[3:]) for j in grid.rl_jobs(cfg, PROJECT_ROOT / "results" / "mini")}
+    off = jobs["rl-offpolicy_a"]
+    assert off["experiment"] == "mini_offpolicy" and off["run_tag"] == "offpolicy"
+    assert off["seed"] == [0, 1] and jobs["rl-main_a"]["seed"] == [0, 1, 2]
+    assert all(args["data.prompt_template"] == "none" for args in jobs.values())
 
 
 def test_study_config_composes():
@@ -98,9 +101,10 @@ def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
     samples = {}
     for job in (j for j in jobs if not j.name.startswith("eval-heldout")):
         k = [a for a in job.cmd if a.startswith("n_samples=")][-1]
-        runs = next((a for a in job.cmd if a.startswith("run=")), "run=baseline")
-        for part in runs[4:].split(","):
-            samples[part.strip("'").split("/mini_sft/")[-1]] = k
+        runs = parsed(job.cmd[3:], unique=False).get("run", ["baseline"])
+        runs = _listed(runs)  # a sweep of one run is a plain value
+        for part in runs:
+            samples[part.split("/mini_sft/")[-1]] = k
     assert samples["baseline"] == "n_samples=16"
     main16 = {v for k, v in samples.items() if k.startswith(("clip/", "pspo/")) and "offpolicy" not in k}
     assert main16 == {"n_samples=16"}
@@ -116,7 +120,7 @@ def test_method_overrides_give_some_methods_their_own_eval_jobs(tmp_path):
     for job in held:
         assert "eval=synthetic_heldout" in job.cmd and "temperatures=[0.0]" in job.cmd
         assert "eval=synthetic" not in job.cmd and "temperatures=[0.0,0.8]" not in job.cmd
-    held_runs = sum(a.count(",") + 1 for j in held for a in j.cmd if a.startswith("run="))
+    held_runs = sum(len(_listed(parsed(j.cmd[3:], unique=False).get("run", []))) for j in held)
     assert held_runs == n - 1
     bad = _compose([f"root={tmp_path}", "+eval.method_overrides.grpo=['n_samples=2']"])
     with pytest.raises(pipeline_jobs.StageError, match="grpo"):
@@ -468,9 +472,8 @@ def test_tagged_runs_get_their_own_eval_settings(tmp_path):
 def test_claims_job_only_when_configured(tmp_path):
     assert grid.claims_cmds(_compose([]), tmp_path) == []
     (job,) = grid.claims_cmds(compose_config(PROJECT_ROOT / "conf", "mini", ["pipeline=study"]), tmp_path)
-    assert (
-        job.cmd[2] == "pspo_repro.claims"
-        and job.cmd[-1] == f"spec={PROJECT_ROOT / 'conf' / 'claims' / 'study.yaml'}"
+    assert job.cmd[2] == "pspo_repro.claims" and parsed(job.cmd[3:])["spec"] == str(
+        PROJECT_ROOT / "conf" / "claims" / "study.yaml"
     )
     with pytest.raises(pipeline_jobs.StageError, match="aggregate.claims='nope.yaml': no such file"):
         grid.claims_cmds(_compose(["aggregate.claims=nope.yaml"]), tmp_path)
