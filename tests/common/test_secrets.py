@@ -159,6 +159,8 @@ def test_install_redacts_what_the_process_prints_and_logs(monkeypatch, capsys, t
         monkeypatch.setenv(k, v)
     redact_module.install()  # this command's: its values are redacted too, and nothing is wrapped twice
     log = logging.getLogger("pspo_repro.test_secrets")
+    # only this test's handler: a handler an earlier test left on the root logger may hold a closed stream
+    monkeypatch.setattr(log, "propagate", False)
     handler = logging.FileHandler(tmp_path / "x.log")
     log.addHandler(handler)
     try:
