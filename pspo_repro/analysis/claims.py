@@ -28,7 +28,6 @@ The measurements themselves are ``analysis.measures``'; the claims table that sh
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,6 +97,11 @@ def one_sided_t(values: list[float], bound: float, greater: bool) -> float:
         holds = x[0] > bound if greater else x[0] < bound
         return 0.0 if holds else 1.0
     return float(scipy.stats.ttest_1samp(x, bound, alternative="greater" if greater else "less").pvalue)
+
+
+def _tost(x: list[float], m: float) -> float:
+    """The TOST p that the per-seed mean lies within (-m, m): the larger of the two one-sided p."""
+    return max(one_sided_t(x, -m, True), one_sided_t(x, m, False))
 
 
 def _margin(rule: dict[str, Any], got: dict[str, Measured]) -> tuple[float, str]:
@@ -186,7 +190,7 @@ def _greater_all(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     ds = [got[i] for i in rule["diffs"]]
     ps = {d.label: seed_tests(_diff_seeds(d))["t"] for d in ds}
     worst = max(ds, key=lambda d: ps[d.label])
-    signs = {d.value > 0 for d in ds} | ({False} if any(d.value == 0 for d in ds) else set())
+    signs = {d.value > 0 for d in ds}
     listed = "; ".join(f"{d.label} {pp(d.value)} (t p = {ps[d.label]:.2g})" for d in ds)
     if len(signs) > 1:
         return KeyTest(max(ps.values()), "not resolved", "not resolved",
@@ -196,11 +200,6 @@ def _greater_all(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
     return KeyTest(max(ps.values()), "supported" if up else "contradicted", "not resolved",
                    f"{'ahead of' if up else 'behind'} every arm, the largest p decides: {listed}",
                    "t, every arm (the largest p)", values=_diff_seeds(worst))  # fmt: skip
-
-
-def _tost(x: list[float], m: float) -> float:
-    """The TOST p that the per-seed mean lies within (-m, m): the larger of the two one-sided p."""
-    return max(one_sided_t(x, -m, True), one_sided_t(x, m, False))
 
 
 def _equivalent_all(rule: dict[str, Any], got: dict[str, Measured]) -> KeyTest:
@@ -356,14 +355,20 @@ def evaluate(rec: Records, claims: list[dict[str, Any]], tuning: dict | None = N
         r["verdict_text"], r["verdict_why"] = decide(t, r["p_holm"]), t.why
         r["sensitivity"] = {}
         for label, p_alt in t.alternatives.items():
-            alt = holm([p_alt if j == i else p for j, p in enumerate(ps)])[i]
+            alt = holm_in_place(ps, i, p_alt)
             r["sensitivity"][label] = (p_alt, alt, decide(t, alt))
         r["power"] = power_text(t, family)
-        r["selection"] = selection_sensitivity(rec, r, [p for j, p in enumerate(ps) if j != i])
+        r["selection"] = selection_sensitivity(rec, r, ps, i)
         if any(v != r["verdict_text"] for *_, v in r["selection"]):
             r["verdict_text"] = SELECTION_SENSITIVE
             r["verdict_why"] += "; the verdict differs at another member of a selection set"
     return out
+
+
+def holm_in_place(ps: list[float | None], i: int, p: float | None) -> float | None:
+    """Claim ``i``'s Holm-adjusted p with ``p`` in place of its own, the family's other p as they are (None
+    for a deterministic check)."""
+    return None if p is None else holm([p if j == i else q for j, q in enumerate(ps)])[i]
 
 
 def _measure(rec: Records, claim: dict[str, Any]) -> dict[str, Measured]:
@@ -384,14 +389,14 @@ def _rule_ids(rule: dict[str, Any]) -> set[str]:
 
 
 def selection_sensitivity(
-    rec: Records, result: dict[str, Any], other_ps: list[float | None]
+    rec: Records, result: dict[str, Any], ps: list[float | None], i: int
 ) -> list[tuple[str, str, float | None, float | None, str]]:
     """The claim's key test at every other combination of its tuned arms' selection sets (issue 55).
 
     For each tuned run group that the verdict rule reads (``tuned: <id>`` whose tuning section sets a
     ``tolerance``), the set is ``Selection.near(tolerance)``: the pick, each leave-one-seed-out pick and every
     value within the tolerance of the best. Every combination other than the picks is read as if chosen
-    (``Records.forced``); its p is Holm-adjusted with the other claims' p as they are. Returns (where,
+    (``Records.forced``); its p is Holm-adjusted in place of the claim's own (``ps[i]``). Returns (where,
     key number, raw p, Holm-adjusted p, verdict) per combination; empty when nothing is tuned."""
     ids = _rule_ids(result["verdict"])
     refs: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -423,17 +428,16 @@ def selection_sensitivity(
             t = key_test(result["verdict"], got)
         finally:
             rec.forced = {}
-        p_adj = None if t.p is None else holm([t.p, *other_ps])[0]
-        where = ", ".join(f"{k[0]}{_point_words(k[2])} {sets[k][0].key.split('.', 1)[-1]} {v}"
+        p_adj = holm_in_place(ps, i, t.p)
+        where = ", ".join(f"{k[0]}{_point_words(refs[k])} {sets[k][0].key.split('.', 1)[-1]} {v}"
                           for k, v in zip(keys, combo, strict=True))  # fmt: skip
         key = got.get(result.get("key") or "")
         out.append((where, key.short if key else "-", t.p, p_adj, decide(t, p_adj)))
     return out
 
 
-def _point_words(point_json: str) -> str:
-    point = json.loads(point_json)
-    return "".join(f" ({k.split('.', 1)[-1]}={v})" for k, v in sorted(point.items()))
+def _point_words(g: dict[str, Any]) -> str:
+    return "".join(f" ({k.split('.', 1)[-1]}={v})" for k, v in sorted((g.get("point") or {}).items()))
 
 
 def power_text(t: KeyTest, family: int) -> tuple[str, str] | None:

@@ -468,11 +468,10 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
     # the gain both methods' runs average: the matched point, held fixed across the bootstrap's draws
     g_star = float(np.concatenate([arr["a"][:, 0], arr["b"][:, 0]]).mean())
 
-    def diff(a: np.ndarray, b: np.ndarray) -> float:
-        return frontier_fit(a[:, 0], a[:, 1], fit)(g_star) - frontier_fit(b[:, 0], b[:, 1], fit)(g_star)
+    def at(runs: np.ndarray) -> float:  # a method's fitted retention at the matched gain
+        return frontier_fit(runs[:, 0], runs[:, 1], fit)(g_star)
 
-    ret_a = frontier_fit(arr["a"][:, 0], arr["a"][:, 1], fit)(g_star)
-    ret_b = frontier_fit(arr["b"][:, 0], arr["b"][:, 1], fit)(g_star)
+    ret_a, ret_b = at(arr["a"]), at(arr["b"])
     value = ret_a - ret_b
     rng = np.random.default_rng(0)
     seeds = np.array(sorted(set(arr["a"][:, 2]) | set(arr["b"][:, 2])))
@@ -487,7 +486,7 @@ def m_frontier(rec: Records, spec: dict[str, Any]) -> Measured:
         else:
             a = arr["a"][rng.integers(0, len(arr["a"]), len(arr["a"]))]
             b = arr["b"][rng.integers(0, len(arr["b"]), len(arr["b"]))]
-        draws.append(diff(a, b))
+        draws.append(at(a) - at(b))
     d = np.array(draws)
     low, high = (float(q) for q in np.quantile(d, [0.025, 0.975]))
     p = float(min(1.0, 2 * min((d <= 0).mean(), (d >= 0).mean())))
